@@ -1,0 +1,41 @@
+"""Session-wide real parts: one Kafka broker (KRaft, from the official jars) and one Spark session.
+
+Each test gets its own namespace (topic and group prefix), so tests never see each other's records.
+``MVS_BOOTSTRAP_SERVERS`` points the suite at an existing cluster instead of the embedded broker.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workers.config import Settings
+from workers.embedded.broker import EmbeddedKafka, free_port
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("MVS_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    port = free_port()
+    broker = EmbeddedKafka(tmp_path_factory.mktemp("kafka"), port=port, controller_port=free_port())
+    with broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+    """Settings for one test: the session broker, a fresh namespace and a fresh warehouse."""
+    return Settings.from_env(
+        bootstrap_servers=kafka_bootstrap,
+        embedded=False,
+        namespace=f"t{uuid.uuid4().hex[:10]}",
+        warehouse=str(tmp_path / "warehouse"),
+        session_timeout_ms=3000,
+    )

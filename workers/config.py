@@ -1,0 +1,84 @@
+"""Settings shared by every role: where Kafka, Spark and the warehouse are.
+
+Everything comes from the environment so the same code runs embedded (one machine),
+in docker compose, or against an existing cluster:
+
+- ``MVS_BOOTSTRAP_SERVERS``: an existing Kafka cluster; unset means the embedded broker.
+- ``MVS_KAFKA_<OPTION>``: passed through to every Kafka client, e.g.
+  ``MVS_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` becomes ``security.protocol=SASL_SSL``.
+- ``MVS_NAMESPACE``: prefix of every topic and consumer group (default ``mvs``).
+- ``MVS_WAREHOUSE``: folder or URI holding the Delta tables (default ``./warehouse``).
+- ``MVS_SPARK_MASTER``: Spark master URL (default ``local[2]``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = REPO_ROOT / ".cache"
+EMBEDDED_BOOTSTRAP = "127.0.0.1:19092"
+KAFKA_OPTION_PREFIX = "MVS_KAFKA_"
+
+
+def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        key[len(KAFKA_OPTION_PREFIX) :].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith(KAFKA_OPTION_PREFIX)
+    }
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str = "mvs"
+    bootstrap_servers: str = EMBEDDED_BOOTSTRAP
+    embedded: bool = True
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    warehouse: str = str(REPO_ROOT / "warehouse")
+    spark_master: str = "local[2]"
+    worker_id: str = field(default_factory=default_worker_id)
+    # Manager → coordinator heartbeat period while something changed (seed 002: ≤ 1 s).
+    heartbeat_interval_s: float = 1.0
+    # Consumer-group session timeout: how long a dead worker keeps its tasks.
+    session_timeout_ms: int = 6000
+    # Group protocol: "classic" (cooperative-sticky) or "consumer" (KIP-848).
+    group_protocol: str = "classic"
+    # Bounded executor: concurrent runs per worker process.
+    max_concurrent_runs: int = 2
+    run_timeout_s: float = 600.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        env = os.environ if env is None else env
+        bootstrap = env.get("MVS_BOOTSTRAP_SERVERS")
+        settings = cls(
+            namespace=env.get("MVS_NAMESPACE", "mvs"),
+            bootstrap_servers=bootstrap or EMBEDDED_BOOTSTRAP,
+            embedded=not bootstrap,
+            kafka_options=_kafka_options_from_env(env),
+            warehouse=env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse")),
+            spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
+            group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
+        )
+        return replace(settings, **overrides)  # type: ignore[arg-type]
+
+    def topic(self, logical_name: str) -> str:
+        """Physical topic name of a topic declared in ``topics/`` (e.g. ``ddl`` → ``mvs.ddl``)."""
+        return f"{self.namespace}.{logical_name}"
+
+    def group(self, role: str) -> str:
+        return f"{self.namespace}.{role}"
+
+    def kafka_config(self) -> dict[str, str]:
+        """Connection settings for every Kafka client (role-specific options are added by the client)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_options}

@@ -1,0 +1,187 @@
+"""The embedded default: one real Apache Kafka broker (KRaft, combined broker+controller).
+
+Runs the official broker jars that ``infra/fetch_jars.sh`` fetched from Maven Central
+into ``.cache/jars/kafka``. Nothing here talks the Kafka protocol: it formats storage,
+starts the JVM, waits until the broker says it has started and its port accepts
+connections, and stops it with SIGTERM (a clean controlled shutdown).
+
+    python -m workers.embedded.broker run      # foreground, Ctrl-C stops it
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
+
+KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
+STARTED_LINE = "Kafka Server started"
+
+_LOG4J2 = """\
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{log}"><PatternLayout pattern="[%d] %p %m (%c)%n"/></File>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="INFO"/><Logger name="org.apache.kafka" level="INFO"/>
+    <Root level="WARN"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class EmbeddedKafka:
+    data_dir: Path
+    port: int = 19092
+    controller_port: int = 19093
+    heap: str = "512m"
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def _classpath(self) -> str:
+        if not (KAFKA_JARS / ".complete").exists():
+            raise BrokerError(f"Kafka jars missing in {KAFKA_JARS}: run infra/setup.sh (or infra/fetch_jars.sh)")
+        return str(KAFKA_JARS / "*")
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # A single-node broker: no reason to delay the first rebalance of a group.
+            "group.initial.rebalance.delay.ms": "0",
+            # Let tests and the demo use short session timeouts for fast failover.
+            "group.min.session.timeout.ms": "1000",
+            "group.consumer.min.session.timeout.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "500",
+            "log.cleaner.backoff.ms": "1000",
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log=self.log_file))
+        return path
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}"
+        return ["java", f"-Xmx{self.heap}", "-XX:+UseG1GC", log4j, "-cp", self._classpath(), main, *args]
+
+    def start(self, timeout_s: float = 60.0) -> EmbeddedKafka:
+        if _port_open(self.port):
+            raise BrokerError(f"port {self.port} is already in use; is a broker already running?")
+        config = self._write_config()
+        if not (self.data_dir / "data" / "meta.properties").exists():
+            cluster_id = subprocess.run(
+                self._java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=True
+            ).stdout.strip().splitlines()[-1]
+            subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+                capture_output=True,
+                check=True,
+            )
+        out = open(self.data_dir / "broker.out", "ab")  # noqa: SIM115 - owned by the child process
+        self._process = subprocess.Popen(
+            self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_started(timeout_s)
+        return self
+
+    def _wait_started(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise BrokerError(f"broker exited with {self._process.returncode}; see {self.log_file}")
+            started = self.log_file.exists() and STARTED_LINE in self.log_file.read_text(errors="replace")
+            if started and _port_open(self.port):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise BrokerError(f"broker did not start within {timeout_s}s; see {self.log_file}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> EmbeddedKafka:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.embedded.broker")
+    parser.add_argument("command", choices=["run"])
+    parser.add_argument("--data-dir", type=Path, default=CACHE_DIR / "kafka")
+    parser.add_argument("--port", type=int, default=int(EMBEDDED_BOOTSTRAP.rsplit(":", 1)[1]))
+    args = parser.parse_args(argv)
+    broker = EmbeddedKafka(args.data_dir, port=args.port, controller_port=args.port + 1).start()
+    print(f"kafka broker serving on {broker.bootstrap_servers} (log: {broker.log_file})", flush=True)
+    stop = {"now": False}
+
+    def _on_signal(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    while not stop["now"] and broker._process is not None and broker._process.poll() is None:
+        time.sleep(0.2)
+    broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
