@@ -1,0 +1,23 @@
+"""`mvs sql` DDL front end: statements → DdlEvent dicts, and MV query analysis.
+
+This is the only package that imports sqlglot; everything else sees plain dicts and dataclasses.
+"""
+
+from workers.ddl.errors import DdlError, DdlSyntaxError, InvalidQueryError
+from workers.ddl.fast import AggregateItem, FastRefreshPlan, SelectItem
+from workers.ddl.parser import apply_alter, parse_statement
+from workers.ddl.query import QueryInfo, analyze_query, rename_tables
+
+__all__ = [
+    "AggregateItem",
+    "DdlError",
+    "DdlSyntaxError",
+    "FastRefreshPlan",
+    "InvalidQueryError",
+    "QueryInfo",
+    "SelectItem",
+    "analyze_query",
+    "apply_alter",
+    "parse_statement",
+    "rename_tables",
+]

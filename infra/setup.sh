@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs, idempotent: the venv with mvs and its tools, and every
+# JVM jar (Kafka broker, Delta Lake) fetched from Maven Central with mvn into .cache/jars.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null || python=python3
+if [[ ! -x .venv/bin/python ]]; then
+  "$python" -m venv .venv
+fi
+stamp=.venv/.mvs-installed
+if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[dev,bench]"
+  touch "$stamp"
+fi
+bash infra/fetch_jars.sh >/dev/null
+echo "mvs set up: .venv ready, jars in .cache/jars"

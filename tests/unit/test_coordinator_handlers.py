@@ -1,0 +1,142 @@
+"""The coordinator's decisions as plain functions: DDL → catalog records, commands and results."""
+
+from typing import Any
+
+from workers.coordinator.handlers import Context, handle_ddl, handle_heartbeat, safepoint_for
+from workers.ddl import parse_statement
+
+Record = dict[str, Any]
+TABLES = {"sales", "orders"}
+
+
+def ctx(now_ms: int = 1_000) -> Context:
+    return Context(now_ms=now_ms, coordinator_epoch=7, table_exists=lambda t: t in TABLES)
+
+
+def apply(sql: str, tasks: dict[str, Record]) -> Any:
+    effects = handle_ddl(parse_statement(sql), tasks, ctx())
+    for key, value in effects.catalog.items():
+        if value is None:
+            tasks.pop(key, None)
+        else:
+            tasks[key] = value
+    return effects
+
+
+CREATE = "CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 30 SECONDS AS " \
+         "SELECT region, sum(amount) AS total FROM sales GROUP BY region"
+
+
+def test_create_mv_records_task_and_tells_a_manager() -> None:
+    tasks: dict[str, Record] = {}
+    effects = apply(CREATE, tasks)
+    task = tasks["mv:by_region"]
+    assert (task["state"], task["epoch"], task["mv"]["base_tables"]) == ("NORMAL", 1, ["sales"])
+    assert [c["kind"] for c in effects.manager] == ["ADD_MAINTAINER"]
+    assert effects.manager[0]["coordinator_epoch"] == 7
+    assert effects.results[0]["accepted"] is True
+
+
+def test_duplicate_create_is_refused_and_leaves_the_task_alone() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    before = dict(tasks["mv:by_region"])
+    effects = apply(CREATE, tasks)
+    assert effects.results[0]["error"]["code"] == 1002
+    assert not effects.catalog and not effects.manager
+    assert tasks["mv:by_region"] == before
+
+
+def test_unknown_base_table_fails_only_that_task() -> None:
+    tasks: dict[str, Record] = {}
+    effects = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM nowhere", tasks)
+    assert tasks["mv:v"]["state"] == "FAILED"
+    assert tasks["mv:v"]["error"]["code"] == 1001
+    assert "nowhere" in tasks["mv:v"]["error"]["message"]
+    assert not effects.manager  # nothing runs for it
+    assert effects.results[0]["accepted"] is False
+
+
+def test_drop_of_missing_mv_is_not_found() -> None:
+    effects = apply("DROP MATERIALIZED VIEW ghost", {})
+    assert effects.results[0]["error"]["code"] == 1003
+
+
+def test_drop_tombstones_and_removes_with_a_newer_epoch() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    effects = apply("DROP MATERIALIZED VIEW by_region", tasks)
+    assert effects.catalog == {"mv:by_region": None}
+    assert effects.manager[0]["kind"] == "REMOVE_MAINTAINER"
+    assert effects.manager[0]["epoch"] == 2
+    assert "mv:by_region" not in tasks
+
+
+def test_pause_resume_raise_epoch_and_repeated_pause_is_noop() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    apply("ALTER MATERIALIZED VIEW by_region PAUSE", tasks)
+    assert (tasks["mv:by_region"]["state"], tasks["mv:by_region"]["epoch"]) == ("PAUSED", 2)
+    again = apply("ALTER MATERIALIZED VIEW by_region PAUSE", tasks)
+    assert again.results[0]["accepted"] and not again.catalog
+    refused = apply("REFRESH MATERIALIZED VIEW by_region", tasks)
+    assert refused.results[0]["error"]["code"] == 1001
+    apply("ALTER MATERIALIZED VIEW by_region RESUME", tasks)
+    assert (tasks["mv:by_region"]["state"], tasks["mv:by_region"]["epoch"]) == ("NORMAL", 3)
+
+
+def test_alter_changes_trigger_and_raises_epoch() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    apply("ALTER MATERIALIZED VIEW by_region REFRESH COMPLETE ON CHANGE", tasks)
+    assert tasks["mv:by_region"]["mv"]["trigger"]["kind"] == "ON_CHANGE"
+    assert tasks["mv:by_region"]["epoch"] == 2
+
+
+def test_refresh_and_cancel_become_maintainer_commands() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    assert apply("REFRESH MATERIALIZED VIEW by_region", tasks).maintainer[0]["kind"] == "REFRESH_NOW"
+    assert apply("CANCEL REFRESH MATERIALIZED VIEW by_region", tasks).maintainer[0]["kind"] == "CANCEL_RUN"
+
+
+def test_unsupported_schema_version() -> None:
+    event = parse_statement(CREATE)
+    event["schema_version"] = 2
+    effects = handle_ddl(event, {}, ctx())
+    assert effects.results[0]["error"]["code"] == 6001 and not effects.catalog
+
+
+def _status(task: Record, epoch: int, checkpoint: dict[str, int]) -> Record:
+    return {"task_id": task["task_id"], "epoch": epoch, "state": "NORMAL", "checkpoint": checkpoint,
+            "last_run": None, "next_run_at": None, "error": None}
+
+
+def test_heartbeat_moves_checkpoint_forward_only_and_ignores_stale_epochs() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    task = tasks["mv:by_region"]
+    hb = {"worker_id": "w1", "statuses": [_status(task, 1, {"sales": 5})], "removed": []}
+    tasks.update(handle_heartbeat(hb, tasks, ctx()).catalog)
+    assert tasks["mv:by_region"]["checkpoint"] == {"sales": 5}
+    assert tasks["mv:by_region"]["owner"] == "w1"
+    late = {"worker_id": "w1", "statuses": [_status(task, 1, {"sales": 3})], "removed": []}
+    tasks.update(handle_heartbeat(late, tasks, ctx()).catalog)
+    assert tasks["mv:by_region"]["checkpoint"] == {"sales": 5}
+    stale = {"worker_id": "w2", "statuses": [_status(task, 0, {"sales": 9})], "removed": []}
+    assert not handle_heartbeat(stale, tasks, ctx()).catalog
+
+
+def test_safepoint_is_lowest_watermark_and_is_sent_to_the_purge_task() -> None:
+    tasks: dict[str, Record] = {}
+    apply("CREATE MATERIALIZED VIEW LOG ON sales", tasks)
+    apply(CREATE, tasks)
+    apply("CREATE MATERIALIZED VIEW big AS SELECT * FROM sales WHERE amount > 10", tasks)
+    assert safepoint_for("sales", tasks) == 0  # MVs that have not reported hold everything
+    for name, version in (("mv:by_region", 4), ("mv:big", 2)):
+        hb = {"worker_id": "w", "statuses": [_status(tasks[name], 1, {"sales": version})], "removed": []}
+        effects = handle_heartbeat(hb, tasks, ctx())
+        tasks.update({k: v for k, v in effects.catalog.items() if v is not None})
+    assert tasks["mvlog:sales"]["safepoint"] == 2
+    assert effects.maintainer[-1]["kind"] == "SAFEPOINT" and effects.maintainer[-1]["safepoint"] == 2
+    assert safepoint_for("orders", tasks) is None

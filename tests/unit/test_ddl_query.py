@@ -1,0 +1,280 @@
+"""MV query analysis: validation, base tables, fast-refresh plans, table renaming (workers.ddl.query)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from workers.ddl import (
+    AggregateItem,
+    FastRefreshPlan,
+    InvalidQueryError,
+    SelectItem,
+    analyze_query,
+    rename_tables,
+)
+
+# -- validation -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("", "query is empty"),
+        (" ; ", "query is empty"),
+        ("SELECT a FROM t; SELECT b FROM u", "single read-only SELECT; found 2 statements (SELECT, SELECT)"),
+        ("SELECT a FROM t; DROP TABLE t", "found 2 statements (SELECT, DROP)"),
+        ("INSERT INTO t SELECT * FROM u", "query must be a single read-only SELECT; found INSERT"),
+        ("INSERT OVERWRITE t SELECT * FROM u", "found INSERT"),
+        ("WITH x AS (SELECT * FROM u) INSERT INTO t SELECT * FROM x", "found INSERT"),
+        ("DELETE FROM t WHERE a = 1", "found DELETE"),
+        ("UPDATE t SET a = 1", "found UPDATE"),
+        ("MERGE INTO t USING u ON t.k = u.k WHEN MATCHED THEN DELETE", "found MERGE"),
+        ("CREATE TABLE t2 AS SELECT * FROM t", "found CREATE"),
+        ("DROP TABLE t", "found DROP"),
+        ("TRUNCATE TABLE t", "found TRUNCATE"),
+        ("SET spark.sql.shuffle.partitions = 4", "found SET"),
+        ("USE other_db", "found USE"),
+        ("CACHE TABLE t", "found CACHE"),
+        ("SHOW TABLES", "found SHOW"),
+        ("SELECT * INTO t2 FROM t", "found SELECT ... INTO"),
+        ("VALUES (1), (2)", "found VALUES"),
+        ("SELECT 1", "query must read at least one table (SELECT ... FROM <table>)"),
+        ("SELECT 1 AS one, current_date() AS d", "query must read at least one table"),
+        ("SELECT a FROM", "could not parse query: Expected table name but got end of query near 'FROM'"),
+        ("SELECT a FROM t WHERE", "could not parse query: incomplete WHERE near 'WHERE'"),
+        ("SELECT (a FROM t", "could not parse query: Expecting ) near 'FROM'"),
+        ("SELECT 'abc FROM t", "could not parse query"),
+        ("this is not sql", "query must be a single read-only SELECT; found 'this is not sql'"),
+        ("garbage words here", "could not parse query: Invalid expression / Unexpected token near 'here'"),
+        ("SELECT * FROM range(10)", "table-valued function RANGE(10) is not supported"),
+        ("SELECT * FROM db.t", "qualified table name db.t is not supported"),
+        ("SELECT * FROM delta.`/tmp/t`", "qualified table name"),
+        ("SELECT * FROM `my-table`", "invalid table name 'my-table'"),
+        ("WITH t AS (SELECT * FROM t) SELECT * FROM t", "CTE name 't' is also the name of a table"),
+    ],
+)
+def test_invalid_queries(sql: str, message: str) -> None:
+    with pytest.raises(InvalidQueryError) as caught:
+        analyze_query(sql)
+    assert message in caught.value.message
+    assert str(caught.value) == caught.value.message
+
+
+def test_parse_error_position_is_an_offset_into_the_query() -> None:
+    sql = "SELECT a,\n  b\nFROM t WHERE"
+    with pytest.raises(InvalidQueryError) as caught:
+        analyze_query(sql)
+    assert caught.value.position is not None
+    assert sql[caught.value.position :] == "WHERE"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a FROM t",
+        "select a from t;",
+        "(SELECT a FROM t)",
+        "WITH recent AS (SELECT * FROM t WHERE ts > '2024-01-01') SELECT count(*) AS n FROM recent",
+        "SELECT a FROM t UNION ALL SELECT a FROM u",
+        "SELECT a FROM t -- trailing comment",
+        "SELECT `select` FROM `T`",
+    ],
+)
+def test_valid_queries(sql: str) -> None:
+    info = analyze_query(sql)
+    assert info.base_tables
+    sqlglot.parse_one(info.normalized_sql, dialect="spark")  # normalized SQL is valid Spark SQL
+
+
+# -- base tables ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "tables"),
+    [
+        ("SELECT a FROM Sales", ("sales",)),
+        ("SELECT * FROM b JOIN a ON a.k = b.k LEFT JOIN c USING (k)", ("a", "b", "c")),
+        ("SELECT * FROM t x, t y", ("t",)),
+        ("SELECT * FROM (SELECT * FROM inner_t) sub", ("inner_t",)),
+        (
+            "SELECT * FROM t WHERE k IN (SELECT k FROM u) AND EXISTS (SELECT 1 FROM v WHERE v.k = t.k)",
+            ("t", "u", "v"),
+        ),
+        ("SELECT (SELECT max(x) FROM m) AS mx, a FROM t", ("m", "t")),
+        (
+            "WITH a AS (SELECT * FROM sales), b AS (SELECT * FROM a JOIN regions r ON 1=1) SELECT * FROM b",
+            ("regions", "sales"),
+        ),
+        (
+            "WITH q AS (SELECT * FROM t) SELECT * FROM q "
+            "WHERE x IN (WITH z AS (SELECT 1 AS x FROM u) SELECT x FROM z)",
+            ("t", "u"),
+        ),
+        ("SELECT a FROM t UNION SELECT a FROM u EXCEPT SELECT a FROM v", ("t", "u", "v")),
+    ],
+)
+def test_base_tables(sql: str, tables: tuple[str, ...]) -> None:
+    assert analyze_query(sql).base_tables == tables
+
+
+def test_a_cte_that_shadows_nothing_is_fine() -> None:
+    info = analyze_query("WITH big AS (SELECT * FROM orders WHERE amount > 100) SELECT id FROM big")
+    assert info.base_tables == ("orders",)
+    assert info.fast_refresh is None
+    assert info.fast_reason == "WITH clauses (CTEs) are not supported"
+
+
+# -- fast refresh -----------------------------------------------------------------------------------
+
+
+def test_projection_plan() -> None:
+    info = analyze_query(
+        "SELECT s.id, amount * 2 AS doubled, Region FROM sales s WHERE s.amount > 10 AND region <> 'x'"
+    )
+    assert info.fast_reason == ""
+    assert info.fast_refresh == FastRefreshPlan(
+        kind="projection",
+        base_table="sales",
+        group_by=(),
+        items=(
+            SelectItem("id", "id", "id"),
+            SelectItem("doubled", "amount * 2", None),
+            SelectItem("region", "Region", "region"),
+        ),
+        aggregates=(),
+        where="amount > 10 AND region <> 'x'",
+    )
+    assert not info.fast_refresh.needs_recompute_on_delete
+
+
+def test_aggregate_plan() -> None:
+    info = analyze_query(
+        "SELECT region, Store AS shop, sum(amount) AS total, count(*) AS n, count(amount) AS n_amount, "
+        "avg(amount) AS mean, min(amount) AS lo, max(s.amount) AS hi "
+        "FROM sales s WHERE amount > 0 GROUP BY region, store"
+    )
+    plan = info.fast_refresh
+    assert plan is not None
+    assert (plan.kind, plan.base_table, plan.group_by, plan.where) == (
+        "aggregate",
+        "sales",
+        ("region", "store"),
+        "amount > 0",
+    )
+    assert [item.name for item in plan.items] == [
+        "region",
+        "shop",
+        "total",
+        "n",
+        "n_amount",
+        "mean",
+        "lo",
+        "hi",
+    ]
+    assert plan.items[1] == SelectItem("shop", "Store", "store")
+    assert plan.aggregates == (
+        AggregateItem("SUM", "amount", "total", False),
+        AggregateItem("COUNT", None, "n", False),
+        AggregateItem("COUNT", "amount", "n_amount", False),
+        AggregateItem("AVG", "amount", "mean", False),
+        AggregateItem("MIN", "amount", "lo", True),
+        AggregateItem("MAX", "amount", "hi", True),
+    )
+    assert plan.needs_recompute_on_delete
+
+
+def test_global_aggregate_and_count_one() -> None:
+    plan = analyze_query("SELECT count(1) AS n, sum(x) AS total FROM t").fast_refresh
+    assert plan is not None
+    assert plan.kind == "aggregate" and plan.group_by == ()
+    assert plan.aggregates[0] == AggregateItem("COUNT", None, "n", False)
+    assert not plan.needs_recompute_on_delete
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT a FROM t JOIN u ON t.k = u.k", "joins are not supported"),
+        ("SELECT a FROM t, u", "joins are not supported"),
+        (
+            "SELECT a FROM t UNION ALL SELECT a FROM u",
+            "set operations (UNION, INTERSECT, EXCEPT) are not supported",
+        ),
+        ("SELECT a FROM (SELECT a FROM t) x", "subqueries are not supported"),
+        ("SELECT a FROM t WHERE a IN (SELECT a FROM t)", "subqueries are not supported"),
+        ("SELECT DISTINCT a FROM t", "DISTINCT is not supported"),
+        ("SELECT a, count(*) AS n FROM t GROUP BY a HAVING count(*) > 1", "HAVING is not supported"),
+        ("SELECT a FROM t LIMIT 10", "LIMIT is not supported"),
+        ("SELECT a FROM t ORDER BY a", "ORDER BY is not supported"),
+        ("SELECT a FROM t SORT BY a", "SORT BY is not supported"),
+        ("SELECT a, row_number() OVER (ORDER BY a) AS rn FROM t", "window functions are not supported"),
+        ("SELECT a FROM t LATERAL VIEW explode(b) x AS y", "LATERAL VIEW is not supported"),
+        ("SELECT a FROM t VERSION AS OF 3", "time travel (VERSION/TIMESTAMP AS OF) is not supported"),
+        ("SELECT a FROM t TABLESAMPLE (10 PERCENT)", "TABLESAMPLE is not supported"),
+        ("SELECT a FROM t WHERE rand() < 0.1", "non-deterministic function RAND is not supported"),
+        ("SELECT a, now() AS at FROM t", "non-deterministic function NOW is not supported"),
+        ("SELECT a FROM t WHERE ts > current_timestamp()", "non-deterministic function CURRENT_TIMESTAMP"),
+        ("SELECT a, uuid() AS id FROM t", "non-deterministic function UUID"),
+        ("SELECT * FROM t", "SELECT * is not supported; list the output columns"),
+        ("SELECT t.* FROM t", "SELECT * is not supported"),
+        ("SELECT a + 1 FROM t", "expression a + 1 needs an output name (AS <name>)"),
+        ("SELECT a, b AS a FROM t", "output column name a is used twice"),
+        ("SELECT sum(a) FROM t", "aggregate SUM(a) needs an output name (AS <name>)"),
+        ("SELECT a, sum(b * c) AS s FROM t GROUP BY a", "the argument of SUM(b * c) must be a plain column"),
+        ("SELECT a, count(DISTINCT b) AS n FROM t GROUP BY a", "COUNT(DISTINCT ...) is not supported"),
+        (
+            "SELECT a, stddev(b) AS s FROM t GROUP BY a",
+            "is not supported; select GROUP BY columns and SUM, COUNT",
+        ),
+        (
+            "SELECT a, sum(b) / count(*) AS r FROM t GROUP BY a",
+            "SUM, COUNT, AVG, MIN or MAX of a plain column",
+        ),
+        ("SELECT upper(a) AS u, count(*) AS n FROM t GROUP BY upper(a)", "GROUP BY must list plain columns"),
+        ("SELECT a, count(*) AS n FROM t GROUP BY ROLLUP (a)", "GROUP BY must list plain columns"),
+        ("SELECT a, count(*) AS n FROM t GROUP BY 1", "GROUP BY must list plain columns, found 1"),
+        ("SELECT b, count(*) AS n FROM t GROUP BY a, b", "GROUP BY column a must also be selected"),
+        ("SELECT a, b, count(*) AS n FROM t GROUP BY a", "column b is neither grouped nor aggregated"),
+    ],
+)
+def test_not_fast_refreshable(sql: str, reason: str) -> None:
+    info = analyze_query(sql)
+    assert info.fast_refresh is None
+    assert reason in info.fast_reason
+
+
+# -- rename_tables ----------------------------------------------------------------------------------
+
+
+def test_rename_keeps_aliases_and_adds_the_old_name_as_alias() -> None:
+    sql = "SELECT s.region, sales.amount FROM sales s JOIN sales ON s.id = sales.id"
+    assert rename_tables(sql, {"sales": "run_42_sales"}) == (
+        "SELECT s.region, sales.amount FROM run_42_sales AS s JOIN run_42_sales AS sales ON s.id = sales.id"
+    )
+
+
+def test_rename_unaliased_qualified_columns_still_resolve() -> None:
+    renamed = rename_tables("SELECT sales.amount FROM sales WHERE sales.amount > 0", {"SALES": "v1"})
+    assert renamed == "SELECT sales.amount FROM v1 AS sales WHERE sales.amount > 0"
+
+
+def test_rename_reaches_subqueries_but_not_ctes() -> None:
+    sql = "WITH a AS (SELECT * FROM t) SELECT * FROM a WHERE x IN (SELECT x FROM u)"
+    renamed = rename_tables(sql, {"t": "vt", "u": "vu", "a": "never"})
+    assert renamed == "WITH a AS (SELECT * FROM vt AS t) SELECT * FROM a WHERE x IN (SELECT x FROM vu AS u)"
+    assert analyze_query(renamed).base_tables == ("vt", "vu")
+
+
+def test_rename_leaves_unmapped_tables_and_accepts_qualified_targets() -> None:
+    renamed = rename_tables("SELECT * FROM t JOIN keep k ON t.id = k.id", {"t": "global_temp.run_t"})
+    assert renamed == "SELECT * FROM global_temp.run_t AS t JOIN keep AS k ON t.id = k.id"
+
+
+def test_rename_quotes_unusual_targets() -> None:
+    assert rename_tables("SELECT a FROM t", {"t": "`tmp-view`"}) == "SELECT a FROM `tmp-view` AS t"
+
+
+def test_rename_rejects_invalid_queries() -> None:
+    with pytest.raises(InvalidQueryError, match="found DELETE"):
+        rename_tables("DELETE FROM t", {"t": "u"})

@@ -1,0 +1,71 @@
+"""Task states and the lifecycle transitions users may ask for (seed 002 "状态迁移约束").
+
+Pure logic: given a task's state and an action, say what the new state is, whether the
+epoch is raised, or why the action is refused. The coordinator applies the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from workers.catalog.errors import ErrorCode, MvsError
+
+
+class TaskState(StrEnum):
+    NORMAL = "NORMAL"
+    WARNING = "WARNING"
+    FAILED = "FAILED"
+    PAUSED = "PAUSED"
+    FINISHED = "FINISHED"
+
+
+class Action(StrEnum):
+    ALTER = "ALTER"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
+    REFRESH = "REFRESH"
+    CANCEL = "CANCEL"
+    DROP = "DROP"
+
+
+RUNNABLE = frozenset({TaskState.NORMAL, TaskState.WARNING})
+
+
+@dataclass(frozen=True)
+class Transition:
+    new_state: TaskState | None  # None: the task is removed
+    raise_epoch: bool
+    noop: bool = False  # accepted but nothing changes (e.g. a repeated pause)
+
+
+def transition(state: TaskState, action: Action) -> Transition:
+    """The transition for ``action`` from ``state``; raises MvsError(1001) when refused."""
+    if action is Action.DROP:
+        return Transition(None, raise_epoch=True)
+    if state is TaskState.FAILED:
+        raise _refused(action, state, "a failed task can only be dropped")
+    if state is TaskState.FINISHED and action is not Action.DROP:
+        raise _refused(action, state, "a finished task can only be dropped")
+    if action is Action.PAUSE:
+        if state is TaskState.PAUSED:
+            return Transition(state, raise_epoch=False, noop=True)
+        return Transition(TaskState.PAUSED, raise_epoch=True)
+    if action is Action.RESUME:
+        if state not in (TaskState.PAUSED, TaskState.WARNING):
+            raise _refused(action, state, "only a paused or warning task can be resumed")
+        return Transition(TaskState.NORMAL, raise_epoch=True)
+    if action is Action.ALTER:
+        # A new spec takes effect under a new epoch; a paused task stays paused.
+        return Transition(state, raise_epoch=True)
+    if action is Action.REFRESH:
+        if state not in RUNNABLE:
+            raise _refused(action, state, "resume the task before refreshing it")
+        return Transition(state, raise_epoch=False)
+    if action is Action.CANCEL:
+        return Transition(state, raise_epoch=False)
+    raise AssertionError(f"unhandled action {action}")
+
+
+def _refused(action: Action, state: TaskState, why: str) -> MvsError:
+    return MvsError(ErrorCode.INVALID_CONFIG, f"cannot {action.lower()} a task in state {state}: {why}")

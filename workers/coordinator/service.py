@@ -1,0 +1,155 @@
+"""The coordinator loop: DDL in, catalog + commands out, heartbeats folded into the catalog.
+
+Election is Kafka's: every coordinator joins one consumer group on the single-partition DDL
+topic; the member holding that partition is the active coordinator. On activation it rebuilds
+the catalog from the compacted topic and only then opens its transactional producer, whose
+fixed transactional.id fences any older active coordinator that may still be running.
+Each DDL record's effects and its offset commit in one Kafka transaction, so a DDL is applied
+exactly once even across a failover.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from workers.config import Settings
+from workers.coordinator.handlers import Context, Effects, Record, handle_ddl, handle_heartbeat
+from workers.catalog.store import restore_catalog
+from workers.kafka.typed import Message, TypedConsumer, TypedProducer
+from workers.sched.clock import Clock, SystemClock
+from workers.warehouse import table_exists
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None,
+                 table_exists_fn: Callable[[str], bool] | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
+        self.tasks: dict[str, Record] = {}
+        self.active = False
+        self.coordinator_epoch = 0
+        self._pending = Effects()
+        self._last_flush = 0.0
+        self._ddl = TypedConsumer(settings, group_id=settings.group("coordinator"))
+        self._heartbeats = TypedConsumer(settings, group_id=None)
+        self._producer: TypedProducer | None = None
+
+    # -- election ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, partitions: list[tuple[str, int]]) -> None:
+        if ("ddl", 0) not in partitions or self.active:
+            return
+        self.tasks = restore_catalog(self.settings)
+        self.coordinator_epoch = self.clock.wall_ms()
+        self._producer = TypedProducer(self.settings, transactional_id=self.settings.group("coordinator"))
+        self._producer.init_transactions()
+        self._heartbeats.assign("coordinator", [0], from_beginning=False)
+        self.active = True
+        log.info("coordinator active (epoch %s) with %d tasks", self.coordinator_epoch, len(self.tasks))
+
+    def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        if ("ddl", 0) not in partitions or not self.active:
+            return
+        self.active = False
+        self._heartbeats.unassign("coordinator", [0])
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+        log.info("coordinator standing by")
+
+    # -- loop -------------------------------------------------------------------------------------
+    def context(self) -> Context:
+        return Context(now_ms=self.clock.wall_ms(), coordinator_epoch=self.coordinator_epoch,
+                       table_exists=self._table_exists)
+
+    def step(self, timeout_s: float = 0.2) -> None:
+        message = self._ddl.poll(timeout_s)
+        if message is not None and self.active:
+            self._apply_ddl(message)
+        if not self.active:
+            return
+        for _ in range(100):
+            heartbeat = self._heartbeats.poll(0)
+            if heartbeat is None:
+                break
+            if heartbeat.value is not None:
+                effects = handle_heartbeat(heartbeat.value, self._view(), self.context())
+                self._pending.merge(effects)
+        if self._pending and self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s:
+            pending, self._pending = self._pending, Effects()
+            self._publish(pending, consume=None)
+            self._last_flush = self.clock.monotonic()
+
+    def _view(self) -> dict[str, Record]:
+        """The catalog including not yet flushed heartbeat updates."""
+        view = dict(self.tasks)
+        for key, value in self._pending.catalog.items():
+            if value is None:
+                view.pop(key, None)
+            else:
+                view[key] = value
+        return view
+
+    def _apply_ddl(self, message: Message) -> None:
+        if message.value is None:
+            return
+        # Pending heartbeat updates go first, so the DDL sees (and may overwrite) the latest state.
+        if self._pending:
+            pending, self._pending = self._pending, Effects()
+            self._publish(pending, consume=None)
+        effects = handle_ddl(message.value, self.tasks, self.context())
+        for result in effects.results:
+            if not result["accepted"]:
+                log.warning("DDL %s refused: %s", message.value.get("sql") or message.value["action"],
+                            result["error"]["message"])
+        self._publish(effects, consume=self._ddl)
+
+    def _publish(self, effects: Effects, *, consume: TypedConsumer | None) -> None:
+        producer = self._producer
+        assert producer is not None, "only the active coordinator publishes"
+        producer.begin()
+        try:
+            for task_id, task in effects.catalog.items():
+                if task is None:
+                    producer.send_tombstone("catalog", task_id)
+                else:
+                    producer.send("catalog", task_id, task)
+            for command in effects.manager:
+                producer.send("manager", command["task_id"], command)
+            for command in effects.maintainer:
+                producer.send("maintainer", command["task_id"], command)
+            for result in effects.results:
+                producer.send("ddl.results", result["event_id"], result)
+            if consume is not None:
+                producer.send_offsets(consume)
+            producer.commit()
+        except BaseException:
+            producer.abort()
+            raise
+        for task_id, task in effects.catalog.items():
+            if task is None:
+                self.tasks.pop(task_id, None)
+            else:
+                self.tasks[task_id] = task
+
+    def run(self, stop: threading.Event) -> None:
+        self.start()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._ddl.close()
+        self._heartbeats.close()
+        if self._producer is not None:
+            self._producer.close()
+

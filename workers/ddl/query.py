@@ -1,0 +1,221 @@
+"""Analysis of an MV's SELECT body with sqlglot's Spark dialect.
+
+The Spark jobs run the query as written, so everything here is about deciding *whether* we may run it
+(one read-only SELECT over plain warehouse tables), *what* it reads (base tables, for MV logs and
+watermarks) and *how* it may be refreshed (the fast-refresh plan, see ``workers.ddl.fast``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError, TokenError
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from workers.ddl.errors import InvalidQueryError
+from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
+
+DIALECT = "spark"
+
+# Same rule as names in the DDL grammar: base tables live at <warehouse>/<name> and get MV logs.
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Anything that writes, changes session state or is not a query at all. Checked on every node, not just
+# the root, because sqlglot nests e.g. ``WITH ... INSERT`` or ``SELECT ... INTO`` under other nodes.
+_FORBIDDEN: tuple[type[exp.Expr], ...] = (
+    exp.DML,
+    exp.DDL,
+    exp.Drop,
+    exp.Alter,
+    exp.Set,
+    exp.Use,
+    exp.Cache,
+    exp.Uncache,
+    exp.TruncateTable,
+    exp.Command,
+    exp.Describe,
+    exp.LoadData,
+    exp.Refresh,
+    exp.Analyze,
+    exp.Transaction,
+    exp.Commit,
+    exp.Rollback,
+    exp.Pragma,
+    exp.Kill,
+    exp.Grant,
+    exp.Revoke,
+    exp.Comment,
+    exp.Show,
+    exp.Into,
+)
+
+_KEYWORD: dict[type[exp.Expr], str] = {
+    exp.TruncateTable: "TRUNCATE",
+    exp.LoadData: "LOAD DATA",
+    exp.Into: "SELECT ... INTO",
+    exp.Values: "VALUES",
+}
+
+# sqlglot puts reprs of its internals into messages; these turn them into words.
+_TOKEN_RE = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
+_MISSING_RE = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*?(\w+)'>")
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    """What the DDL layer knows about an MV query.
+
+    ``fast_refresh`` is None when the query cannot be refreshed incrementally; ``fast_reason`` then says
+    why, in words meant for the user (it is "" when a plan exists).
+    """
+
+    base_tables: tuple[str, ...]
+    normalized_sql: str
+    fast_refresh: FastRefreshPlan | None
+    fast_reason: str
+
+
+def analyze_query(sql: str) -> QueryInfo:
+    """Validate ``sql`` as one read-only SELECT and describe it; raises ``InvalidQueryError``."""
+    tree = parse_query(sql)
+    tables = base_table_nodes(tree)
+    base_tables = tuple(sorted({t.name.lower() for t in tables}))
+    plan, reason = plan_fast_refresh(tree, base_tables)
+    return QueryInfo(
+        base_tables=base_tables,
+        normalized_sql=tree.sql(dialect=DIALECT),
+        fast_refresh=plan,
+        fast_reason=reason,
+    )
+
+
+def rename_tables(sql: str, mapping: Mapping[str, str]) -> str:
+    """Return ``sql`` (Spark dialect) with each base-table reference renamed per ``mapping``.
+
+    Keys match base-table names case-insensitively; values may be qualified (``global_temp.v``).
+    CTE references are left alone. An unaliased table keeps its old name as alias so that qualified
+    columns (``sales.amount``) still resolve; an existing alias (``FROM sales s``) is kept as is.
+    """
+    wanted = {key.lower(): value for key, value in mapping.items()}
+    tree = parse_query(sql)
+    for table in base_table_nodes(tree):
+        target = wanted.get(table.name.lower())
+        if target is None:
+            continue
+        new = exp.to_table(target, dialect=DIALECT)
+        if table.args.get("alias") is None:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+        for part in ("this", "db", "catalog"):
+            table.set(part, new.args.get(part))
+    return tree.sql(dialect=DIALECT)
+
+
+def parse_query(sql: str) -> exp.Query:
+    """Parse ``sql`` into exactly one read-only query tree; raises ``InvalidQueryError``."""
+    try:
+        statements = sqlglot.parse(sql, dialect=DIALECT)
+    except ParseError as error:
+        raise _parse_error(error, sql) from error
+    except TokenError as error:
+        raise InvalidQueryError(f"could not parse query: {error}") from error
+    found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
+    if not found:
+        raise InvalidQueryError("query is empty; expected a SELECT")
+    if len(found) > 1:
+        kinds = ", ".join(_statement_keyword(s) for s in found)
+        raise InvalidQueryError(
+            f"query must be a single read-only SELECT; found {len(found)} statements ({kinds})"
+        )
+    tree = found[0]
+    if not isinstance(tree, exp.Query):
+        if isinstance(tree, (*_FORBIDDEN, exp.Values)):
+            found_what = _statement_keyword(tree)
+        else:  # sqlglot read it as a bare expression, e.g. `this is not sql`
+            text = " ".join(sql.split())
+            found_what = f"'{text[:40]}...'" if len(text) > 40 else f"'{text}'"
+        raise InvalidQueryError(f"query must be a single read-only SELECT; found {found_what}")
+    bad = next(iter(tree.find_all(*_FORBIDDEN)), None)
+    if bad is not None:
+        raise InvalidQueryError(f"query must be a single read-only SELECT; found {_statement_keyword(bad)}")
+    return tree
+
+
+def base_table_nodes(tree: exp.Query) -> list[exp.Table]:
+    """Every reference to a real table (not a CTE) in ``tree``, checked against the naming rules."""
+    try:
+        scopes = traverse_scope(tree)
+    except OptimizeError as error:
+        raise InvalidQueryError(f"invalid query: {error}") from error
+    tables: list[exp.Table] = []
+    for scope in scopes:
+        tables.extend(_scope_base_tables(scope))
+    if not tables:
+        raise InvalidQueryError("query must read at least one table (SELECT ... FROM <table>)")
+    names = {t.name.lower() for t in tables}
+    for cte in tree.find_all(exp.CTE):
+        if cte.alias.lower() in names:
+            # Legal Spark, but which `sales` a reader means is a trap, and renaming for runs would be too.
+            raise InvalidQueryError(
+                f"CTE name '{cte.alias}' is also the name of a table the query reads; rename the CTE"
+            )
+    return tables
+
+
+def _scope_base_tables(scope: Scope) -> list[exp.Table]:
+    found: list[exp.Table] = []
+    for table in scope.tables:
+        source = scope.sources.get(table.alias_or_name)
+        if isinstance(source, Scope):
+            continue  # a CTE reference
+        if not isinstance(table.this, exp.Identifier):
+            raise InvalidQueryError(
+                f"table-valued function {table.this.sql(dialect=DIALECT)} is not supported; "
+                "materialized views read warehouse tables"
+            )
+        if table.args.get("db") is not None or table.args.get("catalog") is not None:
+            raise InvalidQueryError(
+                f"qualified table name {table.sql(dialect=DIALECT)} is not supported; "
+                "refer to warehouse tables by plain name"
+            )
+        if not _NAME_RE.fullmatch(table.name):
+            raise InvalidQueryError(
+                f"invalid table name '{table.name}': names must start with a letter or underscore "
+                "and contain only letters, digits and underscores"
+            )
+        found.append(table)
+    return found
+
+
+def _statement_keyword(node: exp.Expr) -> str:
+    """The keyword a user would recognise for ``node`` ("INSERT", "DROP", "SHOW"…)."""
+    if isinstance(node, exp.Command):
+        return str(node.this).upper()
+    if isinstance(node, exp.Select) and node.args.get("into") is not None:
+        return _KEYWORD[exp.Into]
+    if isinstance(node, exp.Query):
+        return "SELECT"
+    return _KEYWORD.get(type(node), type(node).__name__.upper())
+
+
+def _parse_error(error: ParseError, sql: str) -> InvalidQueryError:
+    """Turn sqlglot's first error into a one-line message with an offset into ``sql``."""
+    if not error.errors:
+        return InvalidQueryError(f"could not parse query: {error}")
+    first = error.errors[0]
+    description = _TOKEN_RE.sub(
+        lambda m: "end of query" if m.group(1) == "SENTINEL" else f"'{m.group(2)}'",
+        str(first.get("description", "syntax error")),
+    )
+    description = _MISSING_RE.sub(lambda m: f"incomplete {m.group(1).upper()}", description)
+    highlight = str(first.get("highlight") or "")
+    line, col = int(first.get("line") or 1), int(first.get("col") or 1)
+    lines = sql.split("\n")
+    line_start = sum(len(text) + 1 for text in lines[: line - 1])
+    # sqlglot's column is the 1-based *end* of the offending token.
+    position = max(0, min(len(sql), line_start + col - len(highlight)))
+    near = f" near '{highlight}'" if highlight else ""
+    return InvalidQueryError(f"could not parse query: {description}{near}", position)

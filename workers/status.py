@@ -1,0 +1,81 @@
+"""Plain-text tables for `mvs status` and `mvs history` (pure formatting, no I/O but the warehouse lookup)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+Record = dict[str, Any]
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _ago(ms: int | None, now_ms: int) -> str:
+    if not ms:
+        return "-"
+    seconds = max(0.0, (now_ms - ms) / 1000)
+    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
+def _until(ms: int | None, now_ms: int) -> str:
+    if not ms:
+        return "-"
+    return f"in {max(0.0, (ms - now_ms) / 1000):.0f}s"
+
+
+def _watermark(checkpoint: dict[str, int]) -> str:
+    return ",".join(f"{t}@v{v}" for t, v in sorted(checkpoint.items())) or "-"
+
+
+def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> str:
+    """How many base-table versions the MV is behind (MV logs: '-')."""
+    if task["kind"] != "MV" or task.get("mv") is None or task["state"] == "FAILED":
+        return "-"
+    behind = 0
+    for base in task["mv"]["base_tables"]:
+        latest = latest_version(base)
+        if latest is None:
+            return "?"
+        behind += max(0, latest - task["checkpoint"].get(base, -1))
+    return f"{behind}v"
+
+
+def status_table(tasks: dict[str, Record], latest_version: Callable[[str], int | None],
+                 now_ms: int | None = None) -> str:
+    now_ms = now_ms or int(time.time() * 1000)
+    rows = []
+    for task_id in sorted(tasks):
+        task = tasks[task_id]
+        run = task.get("last_run") or {}
+        error = task.get("error")
+        rows.append([
+            task_id, task["kind"], task["state"], task.get("owner") or "-", task["epoch"],
+            f"{run.get('state', '-')} {_ago(run.get('ended_at') or run.get('started_at'), now_ms)}".strip(),
+            run.get("rows_written") if run.get("rows_written") is not None else "-",
+            _watermark(task["checkpoint"]), lag_versions(task, latest_version),
+            _until(task.get("next_run_at"), now_ms),
+            f"{error['code']}: {error['message']}" if error else "-",
+        ])
+    headers = ["TASK", "KIND", "STATE", "OWNER", "EPOCH", "LAST RUN", "ROWS", "WATERMARK", "LAG", "NEXT",
+               "ERROR"]
+    return table(headers, rows) if rows else "no tasks"
+
+
+def history_table(runs: list[Record]) -> str:
+    rows = [[
+        r["task_id"], r["run_id"], r["epoch"], r["trigger"], r["state"],
+        time.strftime("%H:%M:%S", time.localtime(r["started_at"] / 1000)),
+        f"{(r['ended_at'] - r['started_at']) / 1000:.2f}s" if r.get("ended_at") else "-",
+        r.get("rows_written") if r.get("rows_written") is not None else "-",
+        f"{_watermark(r['watermark_before'])} → {_watermark(r['watermark_after'])}",
+        r.get("message") or "-",
+    ] for r in runs]
+    headers = ["TASK", "RUN", "EPOCH", "TRIGGER", "STATE", "STARTED", "TOOK", "ROWS", "WATERMARK", "MESSAGE"]
+    return table(headers, rows) if rows else "no runs"

@@ -1,0 +1,127 @@
+"""What a run does: the bridge from a maintainer's decision to the Spark jobs.
+
+The maintainer decides *when*; the runner does the work on the worker's one SparkSession
+(created on first use, so a worker that owns nothing never starts a JVM) and maps failures to
+seed-002 error codes so the maintainer can tell retryable from permanent.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workers.catalog.errors import ErrorCode, MvsError
+from workers.config import Settings
+from workers.warehouse import latest_version, table_exists
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state: str  # COMPLETED | SKIPPED
+    rows_written: int | None = None
+    watermark_before: dict[str, int] = field(default_factory=dict)
+    watermark_after: dict[str, int] = field(default_factory=dict)
+    message: str | None = None
+
+
+class Runner(Protocol):
+    def base_versions(self, tables: list[str]) -> dict[str, int]: ...
+    def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult: ...
+    def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult: ...
+    def cancel(self, job_group: str) -> None: ...
+    def drop(self, task: Record) -> None: ...
+
+
+class SparkRunner:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._spark: Any = None
+
+    @property
+    def spark(self) -> Any:
+        with self._lock:
+            if self._spark is None:
+                from workers.jobs.session import get_spark
+
+                self._spark = get_spark(self.settings)
+            return self._spark
+
+    def base_versions(self, tables: list[str]) -> dict[str, int]:
+        """Latest Delta version of each base table, read from the Delta log listing (no Spark job)."""
+        versions: dict[str, int] = {}
+        for table in tables:
+            version = latest_version(self.settings, table)
+            if version is None:
+                raise MvsError(ErrorCode.INVALID_CONFIG, f"base table {table} does not exist")
+            versions[table] = version
+        return versions
+
+    def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:
+        from workers.jobs.refresh import read_watermark, refresh_complete
+
+        spec = task["mv"]
+        versions = self.base_versions(spec["base_tables"])
+        with _storage_errors():
+            current = read_watermark(self.spark, self.settings, task["name"])
+            if current is not None and current.epoch == task["epoch"] and current.watermark == versions:
+                return RunResult("SKIPPED", 0, versions, versions, "skipped: no change")
+            result = refresh_complete(
+                self.spark, self.settings, task_id=task["task_id"], mv_name=task["name"], query=spec["query"],
+                base_tables=spec["base_tables"], epoch=task["epoch"], run_id=run_id, job_group=job_group,
+            )
+        message = result.message
+        if spec["refresh_mode"] != "COMPLETE":
+            message = f"complete refresh ({spec['refresh_mode']} requested: incremental refresh not built yet)"
+        if not result.applied:
+            message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
+        return RunResult("COMPLETED", result.rows_written if result.applied else 0, result.watermark_before,
+                         result.watermark_after, message)
+
+    def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
+        from workers.jobs.mvlog import create_mv_log, purge
+
+        base = task["name"]
+        with _storage_errors():
+            create_mv_log(self.spark, self.settings, base)  # idempotent: the log exists once created
+            result = purge(self.spark, self.settings, base, safepoint)
+        mark = {base: result.captured_version}
+        return RunResult("COMPLETED", result.rows_deleted, mark, mark,
+                         f"captured to v{result.captured_version}, purged {result.rows_deleted} change rows "
+                         f"below safepoint {safepoint}")
+
+    def cancel(self, job_group: str) -> None:
+        if self._spark is not None:
+            from workers.jobs.refresh import cancel_run
+
+            cancel_run(self._spark, job_group)
+
+    def drop(self, task: Record) -> None:
+        if task["kind"] == "MV":
+            from workers.jobs.refresh import drop_mv_table
+
+            drop_mv_table(self.settings, task["name"])
+        elif table_exists(self.settings, task["name"]):
+            from workers.jobs.mvlog import drop_mv_log
+
+            drop_mv_log(self.spark, self.settings, task["name"])
+
+
+class _storage_errors:
+    """Map Spark/Delta failures to coded errors: analysis errors are the user's, the rest retryable."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or isinstance(exc, MvsError):
+            return False
+        name = type(exc).__name__
+        if "Analysis" in name or "ParseException" in name:
+            raise MvsError(ErrorCode.INVALID_CONFIG, f"query failed analysis: {str(exc).splitlines()[0]}") from exc
+        if "Cancel" in str(exc) or "cancelled" in str(exc).lower():
+            return False  # a cancellation is reported as such by the executor
+        raise MvsError(ErrorCode.STORAGE_UNAVAILABLE, f"{name}: {str(exc).splitlines()[0][:300]}") from exc
