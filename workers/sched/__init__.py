@@ -1,0 +1,45 @@
+"""Scheduling: clock, due queue, trigger formulas, bounded priority executor, retries, batch system.
+
+The only package that imports tenacity (``retry``) and prometheus_client (``metrics``, imported
+on its own so that using the scheduler does not pull in the metrics server).
+"""
+
+from workers.sched.clock import Clock, ManualClock, SystemClock
+from workers.sched.due import DueQueue, Wakeup, validate_next_due
+from workers.sched.executor import BoundedExecutor
+from workers.sched.mailbox import BatchSystem, Fsm
+from workers.sched.retry import (
+    CLIENT_RETRY,
+    REFRESH_RETRY,
+    RetryInterrupted,
+    RetryPolicy,
+    is_retryable,
+    retrying,
+)
+from workers.sched.runs import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
+from workers.sched.triggers import ON_CHANGE_POLL_S, next_refresh_due
+
+__all__ = [
+    "CLIENT_RETRY",
+    "ON_CHANGE_POLL_S",
+    "REFRESH_RETRY",
+    "BatchSystem",
+    "BoundedExecutor",
+    "CancelToken",
+    "Clock",
+    "DueQueue",
+    "ExecutorMetrics",
+    "Fsm",
+    "ManualClock",
+    "Priority",
+    "RetryInterrupted",
+    "RetryPolicy",
+    "RunOutcome",
+    "SubmitStatus",
+    "SystemClock",
+    "Wakeup",
+    "is_retryable",
+    "next_refresh_due",
+    "retrying",
+    "validate_next_due",
+]
