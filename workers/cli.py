@@ -1,13 +1,13 @@
 """`mvs`: publish DDL, run the roles, and inspect the control plane.
 
-    mvs topics apply                  create missing topics, report drift
-    mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coordinator's answer
-    mvs status [--watch SECONDS]      every task: kind, state, owner, epoch, last run, watermark, lag, error
-    mvs history [TASK]                run history
-    mvs tail TOPIC [--from-beginning] decoded records of any mvs topic
-    mvs coordinator | mvs worker      run a role until SIGTERM / Ctrl-C
-    mvs broker                        run the embedded Kafka broker in the foreground
-    mvs demo                          the live demo (broker, coordinator, two workers, sample data)
+mvs topics apply                  create missing topics, report drift
+mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coordinator's answer
+mvs status [--watch SECONDS]      every task: kind, state, owner, epoch, last run, watermark, lag, error
+mvs history [TASK]                run history
+mvs tail TOPIC [--from-beginning] decoded records of any mvs topic
+mvs coordinator | mvs worker      run a role until SIGTERM / Ctrl-C
+mvs broker                        run the embedded Kafka broker in the foreground
+mvs demo                          the live demo (broker, coordinator, two workers, sample data)
 """
 
 from __future__ import annotations
@@ -102,8 +102,19 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_event()
     for message in tail(settings, args.topic, from_beginning=args.from_beginning, stop=stop):
-        print(json.dumps({"partition": message.partition, "offset": message.offset, "key": message.key,
-                          "type": message.record_type, "value": message.value}, default=str), flush=True)
+        print(
+            json.dumps(
+                {
+                    "partition": message.partition,
+                    "offset": message.offset,
+                    "key": message.key,
+                    "type": message.record_type,
+                    "value": message.value,
+                },
+                default=str,
+            ),
+            flush=True,
+        )
     return 0
 
 
@@ -137,8 +148,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mvs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mvs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     topics = sub.add_parser("topics", help="manage the topics declared in topics/")
@@ -174,8 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     result: int = args.func(Settings.from_env(), args)
     return result
 

@@ -60,11 +60,17 @@ class MvsClient:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 message = results.poll(0.2)
-                if message is not None and message.value is not None and message.value["event_id"] == event_id:
+                if (
+                    message is not None
+                    and message.value is not None
+                    and message.value["event_id"] == event_id
+                ):
                     return message.value
         finally:
             results.close()
-        raise DdlTimeout(f"no answer from a coordinator within {timeout_s:.0f}s (is `mvs coordinator` running?)")
+        raise DdlTimeout(
+            f"no answer from a coordinator within {timeout_s:.0f}s (is `mvs coordinator` running?)"
+        )
 
     def tasks(self) -> dict[str, Record]:
         return restore_catalog(self.settings)

@@ -39,7 +39,10 @@ QUERIES = {
 
 
 def _rows(start_id: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
-    return [{"id": start_id + i, "region": rng.choice(REGIONS), "amount": rng.randint(1, 200)} for i in range(count)]
+    return [
+        {"id": start_id + i, "region": rng.choice(REGIONS), "amount": rng.randint(1, 200)}
+        for i in range(count)
+    ]
 
 
 def _say(text: str) -> None:
@@ -48,8 +51,13 @@ def _say(text: str) -> None:
 
 def _spawn(role: str, env: dict[str, str], log_dir: Path) -> subprocess.Popen[bytes]:
     log = open(log_dir / f"{role}.log", "wb")  # noqa: SIM115 - owned by the child
-    return subprocess.Popen([sys.executable, "-m", "workers.cli", "-v", role.split("-")[0]], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "-v", role.split("-")[0]],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+    )
 
 
 def _caught_up(client: MvsClient, settings: Settings) -> tuple[bool, dict[str, Any]]:
@@ -71,10 +79,18 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
     _say("starting the Kafka broker (KRaft, official jars)")
     broker.start()
     try:
-        settings = Settings.from_env(bootstrap_servers=broker.bootstrap_servers, embedded=False,
-                                     warehouse=str(warehouse), namespace="demo")
-        env = {**os.environ, "MVS_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "MVS_WAREHOUSE": str(warehouse),
-               "MVS_NAMESPACE": "demo"}
+        settings = Settings.from_env(
+            bootstrap_servers=broker.bootstrap_servers,
+            embedded=False,
+            warehouse=str(warehouse),
+            namespace="demo",
+        )
+        env = {
+            **os.environ,
+            "MVS_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+            "MVS_WAREHOUSE": str(warehouse),
+            "MVS_NAMESPACE": "demo",
+        }
         from workers.kafka.admin import apply_topics
 
         _say("mvs topics apply")
@@ -94,8 +110,12 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
             print(f"mvs sql {statement!r}")
             result = client.execute(statement, timeout_s=60)
             assert result is not None
-            print("   →", "OK" if result["accepted"] else f"ERROR {result['error']['code']}: "
-                  f"{result['error']['message']}")
+            print(
+                "   →",
+                "OK"
+                if result["accepted"]
+                else f"ERROR {result['error']['code']}: {result['error']['message']}",
+            )
         for round_no in range(rounds + 1):
             if round_no:
                 _say(f"round {round_no}: appending 10 rows to sales")
@@ -116,11 +136,14 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         _say("checking every MV against its query over the base table")
         ok = True
         for name, query in QUERIES.items():
-            expected = sorted(tuple(row) for row in spark.sql(
-                query.replace("FROM sales", f"FROM delta.`{warehouse}/sales`")).collect())
+            expected = sorted(
+                tuple(row)
+                for row in spark.sql(query.replace("FROM sales", f"FROM delta.`{warehouse}/sales`")).collect()
+            )
             actual = sorted(tuple(row.values()) for row in read_table(spark, settings, name))
             ok &= expected == actual
-            print(f"{name}: {len(actual)} rows, {'equal to' if expected == actual else 'DIFFERENT FROM'} its query")
+            verdict = "equal to" if expected == actual else "DIFFERENT FROM"
+            print(f"{name}: {len(actual)} rows, {verdict} its query")
         _say("run history (last 8)")
         from workers.status import history_table
 

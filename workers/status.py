@@ -47,35 +47,61 @@ def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> s
     return f"{behind}v"
 
 
-def status_table(tasks: dict[str, Record], latest_version: Callable[[str], int | None],
-                 now_ms: int | None = None) -> str:
+def status_table(
+    tasks: dict[str, Record], latest_version: Callable[[str], int | None], now_ms: int | None = None
+) -> str:
     now_ms = now_ms or int(time.time() * 1000)
     rows = []
     for task_id in sorted(tasks):
         task = tasks[task_id]
         run = task.get("last_run") or {}
         error = task.get("error")
-        rows.append([
-            task_id, task["kind"], task["state"], task.get("owner") or "-", task["epoch"],
-            f"{run.get('state', '-')} {_ago(run.get('ended_at') or run.get('started_at'), now_ms)}".strip(),
-            run.get("rows_written") if run.get("rows_written") is not None else "-",
-            _watermark(task["checkpoint"]), lag_versions(task, latest_version),
-            _until(task.get("next_run_at"), now_ms),
-            f"{error['code']}: {error['message']}" if error else "-",
-        ])
-    headers = ["TASK", "KIND", "STATE", "OWNER", "EPOCH", "LAST RUN", "ROWS", "WATERMARK", "LAG", "NEXT",
-               "ERROR"]
+        rows.append(
+            [
+                task_id,
+                task["kind"],
+                task["state"],
+                task.get("owner") or "-",
+                task["epoch"],
+                f"{run.get('state', '-')} {_ago(run.get('ended_at') or run.get('started_at'), now_ms)}",
+                run.get("rows_written") if run.get("rows_written") is not None else "-",
+                _watermark(task["checkpoint"]),
+                lag_versions(task, latest_version),
+                _until(task.get("next_run_at"), now_ms),
+                f"{error['code']}: {error['message']}" if error else "-",
+            ]
+        )
+    headers = [
+        "TASK",
+        "KIND",
+        "STATE",
+        "OWNER",
+        "EPOCH",
+        "LAST RUN",
+        "ROWS",
+        "WATERMARK",
+        "LAG",
+        "NEXT",
+        "ERROR",
+    ]
     return table(headers, rows) if rows else "no tasks"
 
 
 def history_table(runs: list[Record]) -> str:
-    rows = [[
-        r["task_id"], r["run_id"], r["epoch"], r["trigger"], r["state"],
-        time.strftime("%H:%M:%S", time.localtime(r["started_at"] / 1000)),
-        f"{(r['ended_at'] - r['started_at']) / 1000:.2f}s" if r.get("ended_at") else "-",
-        r.get("rows_written") if r.get("rows_written") is not None else "-",
-        f"{_watermark(r['watermark_before'])} → {_watermark(r['watermark_after'])}",
-        r.get("message") or "-",
-    ] for r in runs]
+    rows = [
+        [
+            r["task_id"],
+            r["run_id"],
+            r["epoch"],
+            r["trigger"],
+            r["state"],
+            time.strftime("%H:%M:%S", time.localtime(r["started_at"] / 1000)),
+            f"{(r['ended_at'] - r['started_at']) / 1000:.2f}s" if r.get("ended_at") else "-",
+            r.get("rows_written") if r.get("rows_written") is not None else "-",
+            f"{_watermark(r['watermark_before'])} → {_watermark(r['watermark_after'])}",
+            r.get("message") or "-",
+        ]
+        for r in runs
+    ]
     headers = ["TASK", "RUN", "EPOCH", "TRIGGER", "STATE", "STARTED", "TOOK", "ROWS", "WATERMARK", "MESSAGE"]
     return table(headers, rows) if rows else "no runs"

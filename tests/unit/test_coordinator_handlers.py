@@ -23,8 +23,10 @@ def apply(sql: str, tasks: dict[str, Record]) -> Any:
     return effects
 
 
-CREATE = "CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 30 SECONDS AS " \
-         "SELECT region, sum(amount) AS total FROM sales GROUP BY region"
+CREATE = (
+    "CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 30 SECONDS AS "
+    "SELECT region, sum(amount) AS total FROM sales GROUP BY region"
+)
 
 
 def test_create_mv_records_task_and_tells_a_manager() -> None:
@@ -108,8 +110,15 @@ def test_unsupported_schema_version() -> None:
 
 
 def _status(task: Record, epoch: int, checkpoint: dict[str, int]) -> Record:
-    return {"task_id": task["task_id"], "epoch": epoch, "state": "NORMAL", "checkpoint": checkpoint,
-            "last_run": None, "next_run_at": None, "error": None}
+    return {
+        "task_id": task["task_id"],
+        "epoch": epoch,
+        "state": "NORMAL",
+        "checkpoint": checkpoint,
+        "last_run": None,
+        "next_run_at": None,
+        "error": None,
+    }
 
 
 def test_heartbeat_moves_checkpoint_forward_only_and_ignores_stale_epochs() -> None:

@@ -22,8 +22,9 @@ from workers.catalog.lifecycle import Action, TaskState, transition
         (TaskState.PAUSED, Action.DROP, None, True, False),
     ],
 )
-def test_allowed_transitions(state: TaskState, action: Action, new_state: TaskState | None,
-                             raise_epoch: bool, noop: bool) -> None:
+def test_allowed_transitions(
+    state: TaskState, action: Action, new_state: TaskState | None, raise_epoch: bool, noop: bool
+) -> None:
     step = transition(state, action)
     assert (step.new_state, step.raise_epoch, step.noop) == (new_state, raise_epoch, noop)
 

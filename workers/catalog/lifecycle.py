@@ -45,7 +45,7 @@ def transition(state: TaskState, action: Action) -> Transition:
         return Transition(None, raise_epoch=True)
     if state is TaskState.FAILED:
         raise _refused(action, state, "a failed task can only be dropped")
-    if state is TaskState.FINISHED and action is not Action.DROP:
+    if state is TaskState.FINISHED:
         raise _refused(action, state, "a finished task can only be dropped")
     if action is Action.PAUSE:
         if state is TaskState.PAUSED:

@@ -62,25 +62,63 @@ def mvlog_task_id(base_table: str) -> str:
 
 
 def _result(event: Record, task_id: str | None, ctx: Context, error: Record | None = None) -> Record:
-    return {"event_id": event["event_id"], "task_id": task_id, "accepted": error is None, "error": error,
-            "at": ctx.now_ms}
+    return {
+        "event_id": event["event_id"],
+        "task_id": task_id,
+        "accepted": error is None,
+        "error": error,
+        "at": ctx.now_ms,
+    }
 
 
 def _manager_command(kind: str, task: Record, ctx: Context, *, include_task: bool = True) -> Record:
-    return {"command_id": uuid.uuid4().hex, "coordinator_epoch": ctx.coordinator_epoch, "kind": kind,
-            "task_id": task["task_id"], "epoch": task["epoch"], "task": task if include_task else None}
+    return {
+        "command_id": uuid.uuid4().hex,
+        "coordinator_epoch": ctx.coordinator_epoch,
+        "kind": kind,
+        "task_id": task["task_id"],
+        "epoch": task["epoch"],
+        "task": task if include_task else None,
+    }
 
 
 def maintainer_command(kind: str, task: Record, ctx: Context, safepoint: int | None = None) -> Record:
-    return {"command_id": uuid.uuid4().hex, "coordinator_epoch": ctx.coordinator_epoch, "kind": kind,
-            "task_id": task["task_id"], "epoch": task["epoch"], "safepoint": safepoint}
+    return {
+        "command_id": uuid.uuid4().hex,
+        "coordinator_epoch": ctx.coordinator_epoch,
+        "kind": kind,
+        "task_id": task["task_id"],
+        "epoch": task["epoch"],
+        "safepoint": safepoint,
+    }
 
 
-def new_task(task_id: str, kind: str, name: str, ctx: Context, *, mv: Record | None = None,
-             mv_log: Record | None = None) -> Record:
-    return {"task_id": task_id, "kind": kind, "name": name, "mv": mv, "mv_log": mv_log,
-            "state": TaskState.NORMAL.value, "epoch": 1, "error": None, "checkpoint": {}, "safepoint": None,
-            "owner": None, "last_run": None, "next_run_at": None, "created_at": ctx.now_ms, "updated_at": ctx.now_ms}
+def new_task(
+    task_id: str,
+    kind: str,
+    name: str,
+    ctx: Context,
+    *,
+    mv: Record | None = None,
+    mv_log: Record | None = None,
+) -> Record:
+    return {
+        "task_id": task_id,
+        "kind": kind,
+        "name": name,
+        "mv": mv,
+        "mv_log": mv_log,
+        "state": TaskState.NORMAL.value,
+        "epoch": 1,
+        "error": None,
+        "checkpoint": {},
+        "safepoint": None,
+        "owner": None,
+        "last_run": None,
+        "next_run_at": None,
+        "created_at": ctx.now_ms,
+        "updated_at": ctx.now_ms,
+    }
 
 
 def _validated_mv_spec(spec: Record, ctx: Context) -> Record:
@@ -117,8 +155,14 @@ def _create(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects
             task["safepoint"] = safepoint_for(event["name"], tasks)
     except MvsError as exc:
         # A bad definition fails only its own task, where `mvs status` shows it.
-        task = new_task(task_id, "MV" if is_mv else "MV_LOG", event["name"], ctx, mv=event.get("mv"),
-                        mv_log=event.get("mv_log"))
+        task = new_task(
+            task_id,
+            "MV" if is_mv else "MV_LOG",
+            event["name"],
+            ctx,
+            mv=event.get("mv"),
+            mv_log=event.get("mv_log"),
+        )
         task.update(state=TaskState.FAILED.value, error=exc.record(ctx.now_ms))
         effects.catalog[task_id] = task
         effects.results.append(_result(event, task_id, ctx, task["error"]))
@@ -187,9 +231,11 @@ def _altered_spec(task: Record, event: Record, ctx: Context) -> Record:
 def handle_ddl(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
     """Validate one DDL event against the catalog and decide its effects."""
     if event.get("schema_version") != SCHEMA_VERSION:
-        error = task_error(ErrorCode.UNSUPPORTED_VERSION,
-                           f"DDL schema_version {event.get('schema_version')} is not supported (expected 1)",
-                           at_ms=ctx.now_ms)
+        error = task_error(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"DDL schema_version {event.get('schema_version')} is not supported (expected 1)",
+            at_ms=ctx.now_ms,
+        )
         return Effects(results=[_result(event, None, ctx, error)])
     try:
         if event["action"] in ("CREATE_MV", "CREATE_MV_LOG"):
@@ -214,8 +260,9 @@ def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
     return min(marks) if marks else None
 
 
-def refresh_safepoints(tasks: Mapping[str, Record], changed: Mapping[str, Record | None],
-                       ctx: Context) -> Effects:
+def refresh_safepoints(
+    tasks: Mapping[str, Record], changed: Mapping[str, Record | None], ctx: Context
+) -> Effects:
     """Re-derive the safepoint of every MV log and tell each purge task whose safepoint moved."""
     effects = Effects()
     view = {**tasks, **{k: v for k, v in changed.items() if v is not None}}

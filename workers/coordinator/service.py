@@ -14,9 +14,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, Record, handle_ddl, handle_heartbeat
-from workers.catalog.store import restore_catalog
 from workers.kafka.typed import Message, TypedConsumer, TypedProducer
 from workers.sched.clock import Clock, SystemClock
 from workers.warehouse import table_exists
@@ -25,8 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class Coordinator:
-    def __init__(self, settings: Settings, *, clock: Clock | None = None,
-                 table_exists_fn: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        table_exists_fn: Callable[[str], bool] | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
         self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
@@ -66,8 +71,11 @@ class Coordinator:
 
     # -- loop -------------------------------------------------------------------------------------
     def context(self) -> Context:
-        return Context(now_ms=self.clock.wall_ms(), coordinator_epoch=self.coordinator_epoch,
-                       table_exists=self._table_exists)
+        return Context(
+            now_ms=self.clock.wall_ms(),
+            coordinator_epoch=self.coordinator_epoch,
+            table_exists=self._table_exists,
+        )
 
     def step(self, timeout_s: float = 0.2) -> None:
         message = self._ddl.poll(timeout_s)
@@ -107,8 +115,11 @@ class Coordinator:
         effects = handle_ddl(message.value, self.tasks, self.context())
         for result in effects.results:
             if not result["accepted"]:
-                log.warning("DDL %s refused: %s", message.value.get("sql") or message.value["action"],
-                            result["error"]["message"])
+                log.warning(
+                    "DDL %s refused: %s",
+                    message.value.get("sql") or message.value["action"],
+                    result["error"]["message"],
+                )
         self._publish(effects, consume=self._ddl)
 
     def _publish(self, effects: Effects, *, consume: TypedConsumer | None) -> None:
@@ -152,4 +163,3 @@ class Coordinator:
         self._heartbeats.close()
         if self._producer is not None:
             self._producer.close()
-

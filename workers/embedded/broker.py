@@ -72,7 +72,9 @@ class EmbeddedKafka:
 
     def _classpath(self) -> str:
         if not (KAFKA_JARS / ".complete").exists():
-            raise BrokerError(f"Kafka jars missing in {KAFKA_JARS}: run infra/setup.sh (or infra/fetch_jars.sh)")
+            raise BrokerError(
+                f"Kafka jars missing in {KAFKA_JARS}: run infra/setup.sh (or infra/fetch_jars.sh)"
+            )
         return str(KAFKA_JARS / "*")
 
     def _write_config(self) -> Path:
@@ -116,9 +118,16 @@ class EmbeddedKafka:
             raise BrokerError(f"port {self.port} is already in use; is a broker already running?")
         config = self._write_config()
         if not (self.data_dir / "data" / "meta.properties").exists():
-            cluster_id = subprocess.run(
-                self._java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=True
-            ).stdout.strip().splitlines()[-1]
+            cluster_id = (
+                subprocess.run(
+                    self._java("kafka.tools.StorageTool", "random-uuid"),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             subprocess.run(
                 self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
                 capture_output=True,
@@ -126,7 +135,10 @@ class EmbeddedKafka:
             )
         out = open(self.data_dir / "broker.out", "ab")  # noqa: SIM115 - owned by the child process
         self._process = subprocess.Popen(
-            self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self._java("kafka.Kafka", str(config)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_started(timeout_s)
         return self

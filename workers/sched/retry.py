@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import tenacity
-
-from workers.catalog.errors import is_retryable as is_retryable
 from tenacity.wait import wait_base, wait_exponential
 
+from workers.catalog.errors import is_retryable as is_retryable
+
 log = logging.getLogger(__name__)
+
 
 # Which error codes a retry can fix is decided once, with the codes (workers/catalog/errors.py).
 class _wait_jitter(wait_base):

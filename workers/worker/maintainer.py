@@ -8,7 +8,6 @@ the records to send to its manager's outbox, and the manager's loop publishes th
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
+from workers.jobs.errors import RunCancelled
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
 from workers.sched.executor import BoundedExecutor, Priority, RunOutcome, SubmitStatus
@@ -98,14 +98,12 @@ class Maintainer:
     rerun_requested: bool = False
     safepoint: int | None = None
     stopped: bool = False
-    idle: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.watermark = dict(self.task.get("checkpoint") or {})
         self.safepoint = self.task.get("safepoint")
         self.error = self.task.get("error")
         self.last_run = self.task.get("last_run")
-        self.idle.set()
         if self.runnable:
             self._schedule_at(self.env.clock.monotonic())  # a (re)started task runs at once
 
@@ -145,8 +143,13 @@ class Maintainer:
 
     def _on_command(self, command: Record) -> None:
         if command["epoch"] < self.task["epoch"]:
-            log.info("%s: ignoring stale %s (epoch %s < %s)", self.task_id, command["kind"], command["epoch"],
-                     self.task["epoch"])
+            log.info(
+                "%s: ignoring stale %s (epoch %s < %s)",
+                self.task_id,
+                command["kind"],
+                command["epoch"],
+                self.task["epoch"],
+            )
             return
         kind = command["kind"]
         if kind == "REFRESH_NOW":
@@ -194,19 +197,27 @@ class Maintainer:
                 return runner.refresh(task, run_id=run.run_id, job_group=run.job_group)
             return runner.purge(task, safepoint=safepoint, run_id=run.run_id, job_group=run.job_group)
 
-        priority = Priority.URGENT if trigger == "MANUAL" else (
-            Priority.PURGE if task["kind"] == "MV_LOG" else Priority.PERIODIC)
+        priority = (
+            Priority.URGENT
+            if trigger == "MANUAL"
+            else (Priority.PURGE if task["kind"] == "MV_LOG" else Priority.PERIODIC)
+        )
         status = self.env.executor.submit(
-            self.task_id, body, priority=priority, timeout_s=self.env.run_timeout_s,
-            on_done=lambda outcome: self.env.send_to_self(self.task_id, RunFinished(run, outcome)),
+            self.task_id,
+            body,
+            priority=priority,
+            timeout_s=self.env.run_timeout_s,
+            on_done=lambda outcome: (
+                None if self.env.send_to_self(self.task_id, RunFinished(run, outcome)) else None
+            ),
             on_cancel=lambda: runner.cancel(run.job_group),
         )
+        # COALESCED (the previous outcome is still being delivered) runs right after it, as ACCEPTED.
         if status is SubmitStatus.REJECTED:
             self._record_run(run, "ERROR", message="rejected: the worker's run queue is full")
             self._schedule_at(self.env.clock.monotonic() + REJECTED_RETRY_S)
             return
         self.running = run
-        self.idle.clear()
         self.env.due.remove(self.task_id)
         self._record_run(run, "RUNNING")
 
@@ -221,16 +232,23 @@ class Maintainer:
 
     def _on_run_finished(self, run: RunContext, outcome: RunOutcome) -> None:
         self.running = None
-        self.idle.set()
         result = outcome.result if isinstance(outcome.result, RunResult) else None
         if outcome.timed_out:
-            self._failed(run, MvsError(ErrorCode.STORAGE_UNAVAILABLE,
-                                       f"run exceeded its timeout of {self.env.run_timeout_s:.0f}s and was cancelled"))
-        elif outcome.canceled:
+            self._failed(
+                run,
+                MvsError(
+                    ErrorCode.STORAGE_UNAVAILABLE,
+                    f"run exceeded its timeout of {self.env.run_timeout_s:.0f}s and was cancelled",
+                ),
+            )
+        elif outcome.canceled or isinstance(outcome.error, RunCancelled):
             self._record_run(run, "CANCELED", message="cancelled")
         elif outcome.error is not None:
-            error = outcome.error if isinstance(outcome.error, MvsError) else MvsError(
-                ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
+            error = (
+                outcome.error
+                if isinstance(outcome.error, MvsError)
+                else MvsError(ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
+            )
             self._failed(run, error)
         elif result is not None:
             if run.epoch == self.task["epoch"]:
@@ -240,8 +258,13 @@ class Maintainer:
             self.error = None
             if self.state is TaskState.WARNING:
                 self.task = {**self.task, "state": TaskState.NORMAL.value}
-            self._record_run(run, result.state, rows=result.rows_written, after=result.watermark_after,
-                             message=result.message)
+            self._record_run(
+                run,
+                result.state,
+                rows=result.rows_written,
+                after=result.watermark_after,
+                message=result.message,
+            )
         if self.stopped:
             return
         if self.rerun_requested and self.runnable:
@@ -263,16 +286,36 @@ class Maintainer:
         else:
             self.env.due.remove(self.task_id)
 
-    def _record_run(self, run: RunContext, state: str, *, rows: int | None = None,
-                    after: dict[str, int] | None = None, message: str | None = None,
-                    error: Record | None = None) -> None:
+    def _record_run(
+        self,
+        run: RunContext,
+        state: str,
+        *,
+        rows: int | None = None,
+        after: dict[str, int] | None = None,
+        message: str | None = None,
+        error: Record | None = None,
+    ) -> None:
         ended = None if state == "RUNNING" else self.env.clock.wall_ms()
-        summary = {"run_id": run.run_id, "trigger": run.trigger, "state": state, "started_at": run.started_ms,
-                   "ended_at": ended, "rows_written": rows, "message": message or (error or {}).get("message")}
+        summary = {
+            "run_id": run.run_id,
+            "trigger": run.trigger,
+            "state": state,
+            "started_at": run.started_ms,
+            "ended_at": ended,
+            "rows_written": rows,
+            "message": message or (error or {}).get("message"),
+        }
         self.last_run = summary
-        record = {**summary, "task_id": self.task_id, "epoch": run.epoch, "worker_id": self.env.worker_id,
-                  "watermark_before": run.watermark_before, "watermark_after": dict(after or run.watermark_before),
-                  "error": error}
+        record = {
+            **summary,
+            "task_id": self.task_id,
+            "epoch": run.epoch,
+            "worker_id": self.env.worker_id,
+            "watermark_before": run.watermark_before,
+            "watermark_after": dict(after or run.watermark_before),
+            "error": error,
+        }
         self.env.publish("runs", self.task_id, record)
         self.env.status_changed(self.task_id)
 
@@ -288,8 +331,13 @@ class Maintainer:
             self._schedule_at(self.env.clock.monotonic() + ON_CHANGE_POLL_S)
             return
         interval = trigger["interval_ms"] / 1000 if trigger.get("interval_ms") else None
-        due = next_refresh_due(kind, interval, now=self.env.clock.monotonic(), last_started=started,
-                               last_success_data_time=started)
+        due = next_refresh_due(
+            kind,
+            interval,
+            now=self.env.clock.monotonic(),
+            last_started=started,
+            last_success_data_time=started,
+        )
         if due is None:
             self.env.due.remove(self.task_id)  # ON DEMAND: only a REFRESH command runs it
         else:
@@ -309,7 +357,12 @@ class Maintainer:
         next_run_at = None
         if due is not None:
             next_run_at = self.env.clock.wall_ms() + int(max(0.0, due - self.env.clock.monotonic()) * 1000)
-        return {"task_id": self.task_id, "epoch": self.task["epoch"], "state": self.task["state"],
-                "checkpoint": dict(self.watermark), "last_run": self.last_run, "next_run_at": next_run_at,
-                "error": self.error}
-
+        return {
+            "task_id": self.task_id,
+            "epoch": self.task["epoch"],
+            "state": self.task["state"],
+            "checkpoint": dict(self.watermark),
+            "last_run": self.last_run,
+            "next_run_at": next_run_at,
+            "error": self.error,
+        }

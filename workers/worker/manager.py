@@ -33,17 +33,27 @@ STOP_RUN_TIMEOUT_S = 30.0
 
 
 class Manager:
-    def __init__(self, settings: Settings, *, runner: Runner | None = None, clock: Clock | None = None,
-                 pollers: int = 0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        runner: Runner | None = None,
+        clock: Clock | None = None,
+        pollers: int = 0,
+    ) -> None:
         self.settings = settings
         self.worker_id = settings.worker_id
         self.clock = clock or SystemClock()
         self.runner = runner or SparkRunner(settings)
-        self.executor = BoundedExecutor(settings.max_concurrent_runs, queue_size=max(64, settings.max_concurrent_runs),
-                                        clock=self.clock, name="runs")
+        self.executor = BoundedExecutor(
+            settings.max_concurrent_runs,
+            queue_size=max(64, settings.max_concurrent_runs),
+            clock=self.clock,
+            name="runs",
+        )
         self.due: DueQueue[str] = DueQueue()
         # pollers=0: maintainers are handled on the loop thread in step() (deterministic for tests).
-        self.maintainers = BatchSystem(pollers=pollers, name="maintainers")
+        self.maintainers = BatchSystem(pollers=max(1, pollers), name="maintainers")
         self._pollers = pollers
         self.owned: dict[str, Maintainer] = {}
         self.partition_of: dict[str, int] = {}
@@ -85,10 +95,9 @@ class Manager:
             self._stop(task_id)
         # Runs are cancelled and awaited so the next owner never races a live Spark job of ours.
         for task_id in leaving:
-            maintainer = self.owned.pop(task_id, None)
+            self._await_run_end(task_id)
+            self.owned.pop(task_id, None)
             self.partition_of.pop(task_id, None)
-            if maintainer is not None and not maintainer.idle.wait(STOP_RUN_TIMEOUT_S):
-                log.warning("%s: run still going after %ss of cancellation", task_id, STOP_RUN_TIMEOUT_S)
             self.maintainers.unregister(task_id)
         self._task_commands.unassign("maintainer", sorted(lost))
         self._publish_outbox()
@@ -97,8 +106,14 @@ class Manager:
 
     def _env(self) -> MaintainerEnv:
         return MaintainerEnv(
-            worker_id=self.worker_id, clock=self.clock, executor=self.executor, due=self.due, runner=self.runner,
-            send_to_self=self.maintainers.send, publish=self._enqueue, status_changed=self._mark_dirty,
+            worker_id=self.worker_id,
+            clock=self.clock,
+            executor=self.executor,
+            due=self.due,
+            runner=self.runner,
+            send_to_self=self.maintainers.send,
+            publish=self._enqueue,
+            status_changed=self._mark_dirty,
             run_timeout_s=self.settings.run_timeout_s,
         )
 
@@ -113,6 +128,13 @@ class Manager:
         self.maintainers.register(task["task_id"], maintainer)
         self._mark_dirty(task["task_id"])
 
+    def _await_run_end(self, task_id: str) -> None:
+        """Wait for a stopped task's run to end and deliver its outcome (history records it)."""
+        if not self.executor.wait_idle(task_id, STOP_RUN_TIMEOUT_S):
+            log.warning("%s: run still going %ss after cancellation", task_id, STOP_RUN_TIMEOUT_S)
+        if not self._pollers:
+            self.maintainers.run_pending()
+
     def _stop(self, task_id: str) -> None:
         if task_id in self.owned:
             self.maintainers.send(task_id, Stop())
@@ -125,8 +147,11 @@ class Manager:
         if command is None:
             return
         if command["coordinator_epoch"] < self.coordinator_epoch:
-            log.info("ignoring command from an older coordinator (%s < %s)", command["coordinator_epoch"],
-                     self.coordinator_epoch)
+            log.info(
+                "ignoring command from an older coordinator (%s < %s)",
+                command["coordinator_epoch"],
+                self.coordinator_epoch,
+            )
             return
         self.coordinator_epoch = command["coordinator_epoch"]
         kind, task_id = command["kind"], command["task_id"]
@@ -136,7 +161,7 @@ class Manager:
             maintainer = self.owned.get(task_id)
             if maintainer is not None and command["epoch"] > maintainer.task["epoch"]:
                 self._stop(task_id)
-                maintainer.idle.wait(STOP_RUN_TIMEOUT_S)
+                self._await_run_end(task_id)
                 self.runner.drop(maintainer.task)
                 self.owned.pop(task_id, None)
                 self.partition_of.pop(task_id, None)
@@ -180,11 +205,18 @@ class Manager:
         gone |= set(removed or [])
         if not statuses and not gone and not full:
             return
-        self._producer.send("coordinator", self.worker_id, {
-            "worker_id": self.worker_id, "sent_at": self.clock.wall_ms(),
-            "coordinator_epoch": self.coordinator_epoch, "full": full, "statuses": statuses,
-            "removed": sorted(gone),
-        })
+        self._producer.send(
+            "coordinator",
+            self.worker_id,
+            {
+                "worker_id": self.worker_id,
+                "sent_at": self.clock.wall_ms(),
+                "coordinator_epoch": self.coordinator_epoch,
+                "full": full,
+                "statuses": statuses,
+                "removed": sorted(gone),
+            },
+        )
         self._producer.flush()
 
     # -- loop --------------------------------------------------------------------------------------

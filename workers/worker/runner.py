@@ -8,11 +8,14 @@ seed-002 error codes so the maintainer can tell retryable from permanent.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
+from workers.jobs.errors import JobError, RunCancelled
 from workers.warehouse import latest_version, table_exists
 
 Record = dict[str, Any]
@@ -70,28 +73,48 @@ class SparkRunner:
             if current is not None and current.epoch == task["epoch"] and current.watermark == versions:
                 return RunResult("SKIPPED", 0, versions, versions, "skipped: no change")
             result = refresh_complete(
-                self.spark, self.settings, task_id=task["task_id"], mv_name=task["name"], query=spec["query"],
-                base_tables=spec["base_tables"], epoch=task["epoch"], run_id=run_id, job_group=job_group,
+                self.spark,
+                self.settings,
+                task_id=task["task_id"],
+                mv_name=task["name"],
+                query=spec["query"],
+                base_tables=spec["base_tables"],
+                epoch=task["epoch"],
+                run_id=run_id,
+                job_group=job_group,
             )
         message = result.message
         if spec["refresh_mode"] != "COMPLETE":
-            message = f"complete refresh ({spec['refresh_mode']} requested: incremental refresh not built yet)"
+            message = (
+                f"complete refresh ({spec['refresh_mode']} requested: incremental refresh not built yet)"
+            )
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
-        return RunResult("COMPLETED", result.rows_written if result.applied else 0, result.watermark_before,
-                         result.watermark_after, message)
+        return RunResult(
+            "COMPLETED",
+            result.rows_written if result.applied else 0,
+            result.watermark_before,
+            result.watermark_after,
+            message,
+        )
 
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
+        from workers.jobs.groups import job_group as spark_job_group
         from workers.jobs.mvlog import create_mv_log, purge
 
         base = task["name"]
-        with _storage_errors():
+        with _storage_errors(), spark_job_group(self.spark, job_group, f"mvs purge {task['task_id']}"):
             create_mv_log(self.spark, self.settings, base)  # idempotent: the log exists once created
             result = purge(self.spark, self.settings, base, safepoint)
         mark = {base: result.captured_version}
-        return RunResult("COMPLETED", result.rows_deleted, mark, mark,
-                         f"captured to v{result.captured_version}, purged {result.rows_deleted} change rows "
-                         f"below safepoint {safepoint}")
+        return RunResult(
+            "COMPLETED",
+            result.rows_deleted,
+            mark,
+            mark,
+            f"captured to v{result.captured_version}, purged {result.rows_deleted} change rows "
+            f"below safepoint {safepoint}",
+        )
 
     def cancel(self, job_group: str) -> None:
         if self._spark is not None:
@@ -110,18 +133,18 @@ class SparkRunner:
             drop_mv_log(self.spark, self.settings, task["name"])
 
 
-class _storage_errors:
-    """Map Spark/Delta failures to coded errors: analysis errors are the user's, the rest retryable."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
-        if exc is None or isinstance(exc, MvsError):
-            return False
-        name = type(exc).__name__
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """Map job failures to coded errors: the jobs' own codes, analysis errors are the user's,
+    anything else from Spark/Delta is storage trouble (retryable). Cancellation passes through."""
+    try:
+        yield
+    except (MvsError, RunCancelled):
+        raise
+    except JobError as exc:
+        raise MvsError(ErrorCode(exc.code), str(exc)) from exc
+    except Exception as exc:
+        name, first_line = type(exc).__name__, (str(exc).splitlines() or [""])[0]
         if "Analysis" in name or "ParseException" in name:
-            raise MvsError(ErrorCode.INVALID_CONFIG, f"query failed analysis: {str(exc).splitlines()[0]}") from exc
-        if "Cancel" in str(exc) or "cancelled" in str(exc).lower():
-            return False  # a cancellation is reported as such by the executor
-        raise MvsError(ErrorCode.STORAGE_UNAVAILABLE, f"{name}: {str(exc).splitlines()[0][:300]}") from exc
+            raise MvsError(ErrorCode.INVALID_CONFIG, f"query failed analysis: {first_line}") from exc
+        raise MvsError(ErrorCode.STORAGE_UNAVAILABLE, f"{name}: {first_line[:300]}") from exc

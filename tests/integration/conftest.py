@@ -1,0 +1,30 @@
+"""Spark for the jobs tests: one SparkSession (real Delta) for the whole test session.
+
+Tables are addressed by path, so each test gets its own warehouse folder (``local_settings``)
+while sharing the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.config import Settings
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from workers.jobs.session import get_spark, stop_spark
+
+    session = get_spark(Settings(warehouse=str(tmp_path_factory.mktemp("spark-warehouse"))))
+    yield session
+    stop_spark()
+
+
+@pytest.fixture
+def local_settings(tmp_path: Path) -> Settings:
+    """Settings with a fresh warehouse folder and no broker (the jobs never touch Kafka)."""
+    return Settings(warehouse=str(tmp_path / "warehouse"))

@@ -1,0 +1,213 @@
+"""Complete refresh on real Spark + Delta: content and watermark in one commit, Delta's idempotent
+writes (replays and stale epochs are skipped), concurrent runs, and cancelling a run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs import refresh, tables
+from workers.jobs.errors import RunCancelled, TableNotFound
+from workers.jobs.metadata import txn_version
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "id long, amount long"
+QUERY = "SELECT id, amount * 10 AS amount10 FROM sales WHERE amount > 1"
+
+
+def _refresh(
+    spark: Any,
+    settings: Settings,
+    mv: str,
+    *,
+    epoch: int = 1,
+    run: str,
+    query: str = QUERY,
+    bases: tuple[str, ...] = ("sales",),
+) -> refresh.RefreshResult:
+    return refresh.refresh_complete(
+        spark,
+        settings,
+        task_id=f"mv:{mv}",
+        mv_name=mv,
+        query=query,
+        base_tables=list(bases),
+        epoch=epoch,
+        run_id=run,
+        job_group=f"{mv}-{run}",
+    )
+
+
+def _rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in tables.read_table(spark, settings, name))
+
+
+def test_warehouse_reads_the_log_without_spark(spark: Any, local_settings: Settings) -> None:
+    assert warehouse.latest_version(local_settings, "sales") is None
+    assert not warehouse.table_exists(local_settings, "sales")
+    tables.create_table(spark, local_settings, "sales", [{"id": 1, "amount": 1}], SCHEMA)
+    tables.append(spark, local_settings, "sales", [{"id": 2, "amount": 2}])
+    started = time.perf_counter()
+    assert warehouse.latest_version(local_settings, "sales") == 1
+    assert warehouse.table_exists(local_settings, "sales")
+    assert time.perf_counter() - started < 0.05
+    assert warehouse.table_path(local_settings, "sales") == f"{local_settings.warehouse}/sales"
+    assert warehouse.mlog_table_name("sales") == "sales__mlog"
+    with pytest.raises(NotImplementedError, match="s3a"):
+        warehouse.latest_version(Settings(warehouse="s3a://bucket/wh"), "sales")
+    with pytest.raises(ValueError):
+        warehouse.table_path(local_settings, "../etc")
+
+
+def test_refresh_writes_query_rows_and_watermark_in_one_commit(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}, {"id": 2, "amount": 1}], SCHEMA)
+
+    first = _refresh(spark, s, "mv_a", run="r1")
+    assert first.applied and first.rows_written == 1 and first.delta_version == 0
+    assert first.watermark_before == {} and first.watermark_after == {"sales": 0}
+    assert _rows(spark, s, "mv_a") == [(1, 50)]
+    commit = tables.delta_history(spark, s, "mv_a")[0]
+    assert commit["version"] == 0
+    assert json.loads(commit["userMetadata"]) == {
+        "mvs": {"task_id": "mv:mv_a", "epoch": 1, "run_id": "r1", "watermark": {"sales": 0}}
+    }
+    assert commit["txn"] == [{"appId": "mv:mv_a", "version": 2**32 + 0}]
+
+    # The base moves on: the next refresh sees the new rows and advances the watermark.
+    tables.append(spark, s, "sales", [{"id": 3, "amount": 7}])
+    second = _refresh(spark, s, "mv_a", run="r2")
+    assert second.applied and second.rows_written == 2 and second.delta_version == 1
+    assert (second.watermark_before, second.watermark_after) == ({"sales": 0}, {"sales": 1})
+    assert _rows(spark, s, "mv_a") == [(1, 50), (3, 70)]
+    watermark = refresh.read_watermark(spark, s, "mv_a")
+    assert watermark is not None and watermark.watermark == {"sales": 1} and watermark.delta_version == 1
+
+    # Same epoch, same watermark: Delta skips the write, no new version.
+    replay = _refresh(spark, s, "mv_a", run="r3")
+    assert not replay.applied and replay.rows_written == 0
+    assert replay.delta_version == 1 and warehouse.latest_version(s, "mv_a") == 1
+    assert replay.watermark_after == {"sales": 1} and "already applied" in replay.message
+
+
+def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}], SCHEMA)
+    newer = _refresh(spark, s, "mv_b", epoch=3, run="new-owner")
+    # The old owner (epoch 2) even saw a more advanced base: its commit must still be skipped.
+    tables.append(spark, s, "sales", [{"id": 2, "amount": 6}])
+    stale = _refresh(spark, s, "mv_b", epoch=2, run="old-owner")
+    assert newer.applied and not stale.applied
+    assert "stale epoch 2" in stale.message
+    history = tables.delta_history(spark, s, "mv_b")
+    assert [h["version"] for h in history] == [0]
+    assert history[0]["txn"] == [{"appId": "mv:mv_b", "version": txn_version(3, {"sales": 0})}]
+    assert _rows(spark, s, "mv_b") == [(1, 50)]
+
+
+def test_missing_base_table_is_reported(spark: Any, local_settings: Settings) -> None:
+    with pytest.raises(TableNotFound, match="nope"):
+        _refresh(spark, local_settings, "mv_c", run="r1", query="SELECT * FROM nope", bases=("nope",))
+
+
+def test_concurrent_refreshes_of_two_mvs_do_not_clash(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": i, "amount": i} for i in range(10)], SCHEMA)
+    queries = {
+        "mv_even": "SELECT id FROM sales WHERE id % 2 = 0",
+        "mv_sum": "SELECT sum(amount) AS total FROM sales",
+    }
+    barrier = threading.Barrier(len(queries))
+    results: dict[str, refresh.RefreshResult | BaseException] = {}
+
+    def run(mv: str) -> None:
+        barrier.wait(timeout=10)
+        try:
+            # Same run id on purpose: temp view names must still be unique per run.
+            results[mv] = _refresh(spark, s, mv, run="same-run", query=queries[mv])
+        except BaseException as exc:  # reported by the assertions below
+            results[mv] = exc
+
+    threads = [threading.Thread(target=run, args=(mv,)) for mv in queries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(isinstance(r, refresh.RefreshResult) and r.applied for r in results.values()), results
+    assert _rows(spark, s, "mv_even") == [(0,), (2,), (4,), (6,), (8,)]
+    assert _rows(spark, s, "mv_sum") == [(45,)]
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("__mvs_")]
+
+
+def _blocking_udf(started: Path, release: Path) -> Any:
+    """A UDF that signals it runs (a file; it runs in a Python worker process) and then blocks
+    until `release` appears — which this test never creates, so only a cancel can stop it."""
+
+    def block(value: int) -> int:
+        started.touch()
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return value
+
+    return block
+
+
+def test_cancel_run_stops_the_running_job(spark: Any, local_settings: Settings, tmp_path: Path) -> None:
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": 1, "amount": 1}], SCHEMA)
+    started, release = tmp_path / "started", tmp_path / "release"
+    spark.udf.register("mvs_test_block", _blocking_udf(started, release), "long")
+    outcome: list[BaseException | refresh.RefreshResult] = []
+
+    def run() -> None:
+        try:
+            outcome.append(
+                _refresh(spark, s, "mv_slow", run="slow", query="SELECT mvs_test_block(id) AS id FROM sales")
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not started.exists():  # poll the UDF's own signal, with a deadline
+        assert time.monotonic() < deadline, "the blocking UDF never started"
+        time.sleep(0.02)
+
+    cancelled_at = time.monotonic()
+    assert refresh.cancel_run(spark, "mv_slow-slow")
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "refresh did not return after cancel_run"
+    assert time.monotonic() - cancelled_at < 20
+    assert len(outcome) == 1 and isinstance(outcome[0], RunCancelled), outcome
+
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup("mv_slow-slow")]
+    assert jobs and all(j is not None and j.status != "RUNNING" for j in jobs)
+    assert any(j is not None and j.status == "FAILED" for j in jobs)
+    stages = {stage for j in jobs if j is not None for stage in j.stageIds}
+    while stages & set(tracker.getActiveStageIds()):  # killed tasks drain quickly
+        assert time.monotonic() - cancelled_at < 20, "the cancelled stage is still active"
+        time.sleep(0.05)
+    assert not warehouse.table_exists(s, "mv_slow")
+
+
+def test_drop_mv_table_then_recreate(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}], SCHEMA)
+    assert _refresh(spark, s, "mv_d", run="r1").applied
+    refresh.drop_mv_table(s, "mv_d")
+    assert not warehouse.table_exists(s, "mv_d")
+    assert refresh.read_watermark(spark, s, "mv_d") is None
+    # A fresh table: the old txn record went with it, so the same watermark applies again.
+    again = _refresh(spark, s, "mv_d", run="r2")
+    assert again.applied and again.delta_version == 0 and _rows(spark, s, "mv_d") == [(1, 50)]

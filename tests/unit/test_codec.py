@@ -1,0 +1,189 @@
+"""Codec: schemas, single-object encoding, validation, frozen fixtures, old writer schemas."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.codec import Codec, CodecError, DecodeError, SchemaError, get_codec, schema_fingerprint
+from workers.codec.schemas import SCHEMA_DIR, dependents, load_definitions
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "avro"
+RECORD_TYPES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+
+
+def sample(name: str) -> dict[str, Any]:
+    return dict(json.loads((FIXTURES / f"{name}.json").read_text()))
+
+
+def test_every_record_type_has_a_frozen_fixture() -> None:
+    names = {n.rpartition(".")[2] for n in get_codec().record_names()}
+    assert names == set(RECORD_TYPES)
+    assert {
+        "DdlEvent",
+        "TaskRecord",
+        "ManagerCommand",
+        "MaintainerCommand",
+        "Heartbeat",
+        "RunRecord",
+    } <= names
+
+
+@pytest.mark.parametrize("name", RECORD_TYPES)
+def test_round_trip(name: str) -> None:
+    codec = get_codec()
+    data = codec.encode(name, sample(name))
+    assert codec.decode(data) == (f"io.mvs.{name}", sample(name))
+
+
+@pytest.mark.parametrize("name", RECORD_TYPES)
+def test_frozen_fixture_still_decodes(name: str) -> None:
+    # Fails when a schema change makes records already on the bus unreadable:
+    # freeze the old schema first (python -m workers.codec freeze TYPE).
+    record_type, record = get_codec().decode((FIXTURES / f"{name}.bin").read_bytes())
+    assert record_type == f"io.mvs.{name}"
+    assert record == sample(name)
+
+
+def test_single_object_header() -> None:
+    codec = get_codec()
+    data = codec.encode("Trigger", {"kind": "ON_DEMAND"})
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == codec.fingerprint("io.mvs.Trigger")
+
+
+def test_fingerprint_matches_the_avro_reference_vector() -> None:
+    # From Avro's share/test/data/schema-tests.txt (a signed Java long, little-endian on the wire).
+    schema = {"type": "record", "name": "foo", "fields": [{"name": "f1", "type": "boolean"}]}
+    assert int.from_bytes(schema_fingerprint(schema), "little", signed=True) == 7843277075252814651
+
+
+def test_optional_fields_default_to_null() -> None:
+    codec = get_codec()
+    _, record = codec.decode(codec.encode("Trigger", {"kind": "ON_DEMAND"}))
+    assert record == {"kind": "ON_DEMAND", "interval_ms": None}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r.update(action="EXPLODE"), "DdlEvent.action: 'EXPLODE' is not one of CREATE_MV|"),
+        (lambda r: r.pop("event_id"), "DdlEvent.event_id: missing required field"),
+        (lambda r: r.update(colour="red"), "DdlEvent: unknown field(s) colour"),
+        (
+            lambda r: r["mv"]["trigger"].update(kind="DAILY"),
+            "DdlEvent.mv.trigger.kind: 'DAILY' is not one of",
+        ),
+        (lambda r: r["mv"].update(base_tables=["a", 1]), "DdlEvent.mv.base_tables[1]: 1 is not a string"),
+        (lambda r: r.update(issued_at="now"), "DdlEvent.issued_at: 'now' is not a long"),
+        (lambda r: r.update(schema_version=2**40), "DdlEvent.schema_version: 1099511627776 is not a int"),
+        (lambda r: r.update(mv="x"), "DdlEvent.mv: expected a dict for io.mvs.MvSpec, got str"),
+    ],
+)
+def test_encode_names_the_bad_field(mutate: Any, message: str) -> None:
+    record = sample("DdlEvent")
+    mutate(record)
+    with pytest.raises(CodecError) as exc:
+        get_codec().encode("DdlEvent", record)
+    assert message in str(exc.value)
+
+
+def test_map_values_are_checked() -> None:
+    record = sample("TaskRecord")
+    record["checkpoint"] = {"sales": "17"}
+    with pytest.raises(CodecError, match=r"TaskRecord.checkpoint\['sales'\]: '17' is not a long"):
+        get_codec().encode("TaskRecord", record)
+
+
+def test_unknown_and_non_record_types_are_refused() -> None:
+    with pytest.raises(CodecError, match="unknown record type"):
+        get_codec().encode("Nope", {})
+    with pytest.raises(CodecError, match="not a record type"):
+        get_codec().encode("TaskState", {})
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xc3\x01\x00", "truncated: 3 bytes"),
+        (b"\x00\x01" + bytes(8) + b"\x00", "bad magic 0001"),
+        (b"\xc3\x01" + bytes(8) + b"\x00", "unknown schema fingerprint 0000000000000000"),
+    ],
+)
+def test_decode_errors(data: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError) as exc:
+        get_codec().decode(data)
+    assert reason in exc.value.reason
+
+
+def test_truncated_body_and_trailing_bytes() -> None:
+    data = get_codec().encode("DdlEvent", sample("DdlEvent"))
+    with pytest.raises(DecodeError, match="corrupt or truncated io.mvs.DdlEvent body"):
+        get_codec().decode(data[:-5])
+    with pytest.raises(DecodeError, match="2 trailing bytes after the io.mvs.DdlEvent body"):
+        get_codec().decode(data + b"\x00\x00")
+
+
+def test_schema_files_follow_the_conventions() -> None:
+    for name, schema in load_definitions().items():
+        assert schema["namespace"] == "io.mvs" and schema.get("doc"), name
+        for field in schema.get("fields", []):
+            assert field.get("doc"), f"{name}.{field['name']} has no doc"
+            if isinstance(field["type"], list):
+                assert field["type"][0] == "null" and field["default"] is None, f"{name}.{field['name']}"
+
+
+def test_dependents_finds_containing_types() -> None:
+    found = dependents("io.mvs.Trigger", load_definitions())
+    assert {
+        "io.mvs.Trigger",
+        "io.mvs.MvSpec",
+        "io.mvs.DdlEvent",
+        "io.mvs.TaskRecord",
+        "io.mvs.ManagerCommand",
+    } <= found
+    assert "io.mvs.Heartbeat" not in found
+
+
+def _copy_schemas(tmp_path: Path) -> Path:
+    directory = tmp_path / "schemas"
+    shutil.copytree(SCHEMA_DIR, directory, ignore=shutil.ignore_patterns("history"))
+    return directory
+
+
+def test_old_writer_schema_in_history_is_read_into_the_current_shape(tmp_path: Path) -> None:
+    directory = _copy_schemas(tmp_path)
+    old = Codec(directory, None)
+    old_bytes = old.encode("MvLogSpec", {"base_table": "sales", "purge_interval_ms": 5})
+    # Freeze the old wire form, then add a field (with a default) to the schema.
+    history = directory / "history"
+    history.mkdir()
+    (history / "io.mvs.MvLogSpec.v1.avsc").write_text(json.dumps(old.schema("MvLogSpec")))
+    path = directory / "io.mvs.MvLogSpec.avsc"
+    schema = json.loads(path.read_text())
+    schema["fields"].append({"name": "retain_ms", "type": ["null", "long"], "default": None, "doc": "new"})
+    path.write_text(json.dumps(schema))
+
+    without_history = Codec(directory, None)
+    with pytest.raises(DecodeError, match="unknown schema fingerprint"):
+        without_history.decode(old_bytes)
+    new = Codec(directory, history)
+    assert new.decode(old_bytes) == (
+        "io.mvs.MvLogSpec",
+        {"base_table": "sales", "purge_interval_ms": 5, "retain_ms": None},
+    )
+    assert new.fingerprint("MvLogSpec") != old.fingerprint("MvLogSpec")
+
+
+def test_schema_loading_errors(tmp_path: Path) -> None:
+    directory = _copy_schemas(tmp_path)
+    (directory / "io.mvs.Trigger.avsc").rename(directory / "Trigger.avsc")
+    with pytest.raises(SchemaError, match="must be named io.mvs.Trigger.avsc"):
+        Codec(directory, None)
+    (directory / "Trigger.avsc").unlink()
+    with pytest.raises(SchemaError, match="references unknown type io.mvs.Trigger"):
+        Codec(directory, None)

@@ -1,0 +1,107 @@
+"""Reading a Delta table's commit log: latest version and commit infos, newest first.
+
+Local warehouses are read straight from ``_delta_log`` (milliseconds, and the ``txn`` actions
+are visible); other URIs fall back to ``DeltaTable.history`` through Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs.session import active_spark
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    version: int
+    timestamp_ms: int | None
+    operation: str | None
+    user_metadata: str | None
+    operation_parameters: dict[str, str] = field(default_factory=dict)
+    operation_metrics: dict[str, str] = field(default_factory=dict)
+    # (appId, version) of the commit's idempotent-write actions; only the local reader sees them.
+    txns: tuple[tuple[str, int], ...] = ()
+
+
+def _is_local(settings: Settings, name: str) -> bool:
+    try:
+        warehouse.local_table_dir(settings, name)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def current_version(spark: SparkSession, settings: Settings, name: str) -> int | None:
+    """Latest committed version of table ``name``, None if it does not exist."""
+    if _is_local(settings, name):
+        return warehouse.latest_version(settings, name)
+    path = warehouse.table_path(settings, name)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def iter_commits(
+    spark: SparkSession, settings: Settings, name: str, *, after: int | None = None
+) -> Iterator[CommitInfo]:
+    """Commit infos of versions > ``after`` (all if None), newest first, lazily.
+
+    Stops at the first commit file removed by log cleanup.
+    """
+    floor = -1 if after is None else after
+    if _is_local(settings, name):
+        latest = warehouse.latest_version(settings, name)
+        for version in range(latest if latest is not None else -1, floor, -1):
+            try:
+                actions = warehouse.read_commit(settings, name, version)
+            except FileNotFoundError:
+                return
+            yield _from_actions(version, actions)
+        return
+    latest = current_version(spark, settings, name)
+    if latest is None or latest <= floor:
+        return
+    rows = DeltaTable.forPath(spark, warehouse.table_path(settings, name)).history(latest - floor).collect()
+    for row in rows:
+        if int(row["version"]) > floor:
+            yield CommitInfo(
+                version=int(row["version"]),
+                timestamp_ms=int(row["timestamp"].timestamp() * 1000) if row["timestamp"] else None,
+                operation=row["operation"],
+                user_metadata=row["userMetadata"],
+                operation_parameters=dict(row["operationParameters"] or {}),
+                operation_metrics=dict(row["operationMetrics"] or {}),
+            )
+
+
+def _from_actions(version: int, actions: list[dict[str, Any]]) -> CommitInfo:
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    txns = tuple((str(a["txn"]["appId"]), int(a["txn"]["version"])) for a in actions if "txn" in a)
+    return CommitInfo(
+        version=version,
+        timestamp_ms=info.get("timestamp"),
+        operation=info.get("operation"),
+        user_metadata=info.get("userMetadata"),
+        operation_parameters={k: str(v) for k, v in (info.get("operationParameters") or {}).items()},
+        operation_metrics={k: str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+        txns=txns,
+    )
+
+
+def forget_table(settings: Settings, name: str) -> None:
+    """Drop Delta's cached state of a table whose folder was deleted, so a table re-created at
+    the same path is read fresh (Delta caches table logs by path, process-wide)."""
+    spark = active_spark()
+    if spark is None:
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a live session always has its gateway
+    path = jvm.org.apache.hadoop.fs.Path(warehouse.table_path(settings, name))
+    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(spark._jsparkSession, path)

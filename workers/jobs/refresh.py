@@ -1,0 +1,181 @@
+"""Complete refresh of an MV: recompute its query over pinned base versions, overwrite its table.
+
+The data and the watermark it reflects land in one Delta commit (``userMetadata``), and Delta's
+idempotent-write id (``txnAppId``/``txnVersion``, see ``workers.jobs.metadata``) makes a replayed
+or stale-owner commit a no-op, so a run never needs a lock to be safe.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from workers import warehouse
+from workers.config import Settings
+from workers.ddl.query import rename_tables
+from workers.jobs import deltalog, groups
+from workers.jobs.errors import TableNotFound
+from workers.jobs.groups import cancel_run
+from workers.jobs.metadata import (
+    MvWatermark,
+    decode_user_metadata,
+    encode_user_metadata,
+    txn_version,
+)
+
+__all__ = [
+    "MvWatermark",
+    "RefreshResult",
+    "cancel_run",
+    "drop_mv_table",
+    "read_watermark",
+    "refresh_complete",
+]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    applied: bool  # False: Delta skipped the commit (same watermark already applied, or stale epoch)
+    rows_written: int
+    watermark_before: dict[str, int] = field(default_factory=dict)
+    watermark_after: dict[str, int] = field(default_factory=dict)
+    delta_version: int | None = None  # MV table version holding the content after the run
+    message: str = ""
+
+
+def read_watermark(spark: SparkSession, settings: Settings, mv_name: str) -> MvWatermark | None:
+    """The ``mvs`` metadata of the newest MV commit carrying it (later maintenance commits such as
+    OPTIMIZE carry none); None if the table does not exist or no refresh ever committed."""
+    for commit in deltalog.iter_commits(spark, settings, mv_name):
+        found = decode_user_metadata(commit.user_metadata, commit.version)
+        if found is not None:
+            return found
+    return None
+
+
+def refresh_complete(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    task_id: str,
+    mv_name: str,
+    query: str,
+    base_tables: Sequence[str],
+    epoch: int,
+    run_id: str,
+    job_group: str,
+) -> RefreshResult:
+    """Recompute ``query`` and overwrite MV table ``mv_name`` with it, idempotently.
+
+    Every Spark job runs in the calling thread under ``job_group`` (``cancel_run`` stops it and
+    this raises RunCancelled). Raises TableNotFound when a base table is missing.
+    """
+    with groups.job_group(spark, job_group, f"complete refresh of {task_id} (run {run_id})"):
+        before = read_watermark(spark, settings, mv_name)
+        mv_version_before = deltalog.current_version(spark, settings, mv_name)
+        # Pin every base at its version now: the result is exactly "query at these versions",
+        # whatever commits land while it runs.
+        watermark = _pin_versions(spark, settings, base_tables)
+        views = _register_views(spark, settings, run_id, watermark)
+        try:
+            groups.check_cancelled(job_group)
+            version = txn_version(epoch, watermark)
+            metadata = encode_user_metadata(task_id, epoch, run_id, watermark)
+            (
+                spark.sql(rename_tables(query, views))
+                .write.format("delta")
+                .mode("overwrite")
+                .option("overwriteSchema", "true")
+                .option("txnAppId", task_id)
+                .option("txnVersion", str(version))
+                .option("userMetadata", metadata)
+                .save(warehouse.table_path(settings, mv_name))
+            )
+        finally:
+            for view in views.values():
+                spark.catalog.dropTempView(view)
+        return _result(spark, settings, mv_name, mv_version_before, before, watermark, epoch, run_id)
+
+
+def _pin_versions(spark: SparkSession, settings: Settings, base_tables: Sequence[str]) -> dict[str, int]:
+    watermark: dict[str, int] = {}
+    for base in base_tables:
+        version = deltalog.current_version(spark, settings, base)
+        if version is None:
+            raise TableNotFound(f"base table {base!r} not found at {warehouse.table_path(settings, base)}")
+        watermark[base] = version
+    return watermark
+
+
+def _register_views(
+    spark: SparkSession, settings: Settings, run_id: str, watermark: dict[str, int]
+) -> dict[str, str]:
+    """One temp view per base, named uniquely per run so concurrent runs in one session never clash."""
+    prefix = f"__mvs_{_UNSAFE.sub('_', run_id)}_{uuid.uuid4().hex[:8]}"
+    views: dict[str, str] = {}
+    try:
+        for base, version in watermark.items():
+            view = f"{prefix}_{_UNSAFE.sub('_', base)}"
+            reader = spark.read.format("delta").option("versionAsOf", version)
+            reader.load(warehouse.table_path(settings, base)).createTempView(view)
+            views[base] = view
+    except BaseException:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
+        raise
+    return views
+
+
+def _result(
+    spark: SparkSession,
+    settings: Settings,
+    mv_name: str,
+    mv_version_before: int | None,
+    before: MvWatermark | None,
+    watermark: dict[str, int],
+    epoch: int,
+    run_id: str,
+) -> RefreshResult:
+    """Did our commit land? Look for it among the commits after the version seen before writing
+    (comparing versions alone would mistake another writer's commit for ours)."""
+    watermark_before = dict(before.watermark) if before else {}
+    for commit in deltalog.iter_commits(spark, settings, mv_name, after=mv_version_before):
+        mine = decode_user_metadata(commit.user_metadata, commit.version)
+        if mine is not None and mine.run_id == run_id and mine.epoch == epoch and mine.watermark == watermark:
+            rows = int(commit.operation_metrics.get("numOutputRows", "0"))
+            return RefreshResult(
+                applied=True,
+                rows_written=rows,
+                watermark_before=watermark_before,
+                watermark_after=dict(watermark),
+                delta_version=commit.version,
+                message=f"wrote {rows} rows at version {commit.version}",
+            )
+    current = read_watermark(spark, settings, mv_name)
+    if current is not None and current.epoch > epoch:
+        why = f"stale epoch {epoch}: epoch {current.epoch} already wrote"
+    elif current is not None and current.epoch == epoch and current.watermark == watermark:
+        why = "this watermark was already applied"
+    else:
+        why = f"Delta already recorded a txnVersion >= {txn_version(epoch, watermark)}"
+    return RefreshResult(
+        applied=False,
+        rows_written=0,
+        watermark_before=watermark_before,
+        watermark_after=dict(current.watermark) if current else {},
+        delta_version=deltalog.current_version(spark, settings, mv_name),
+        message=f"skipped by Delta idempotent write: {why}",
+    )
+
+
+def drop_mv_table(settings: Settings, mv_name: str) -> None:
+    """Delete the MV table folder (cancel its runs first). No-op if it does not exist."""
+    shutil.rmtree(warehouse.local_table_dir(settings, mv_name), ignore_errors=True)
+    deltalog.forget_table(settings, mv_name)

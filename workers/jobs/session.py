@@ -1,0 +1,102 @@
+"""One SparkSession per process, configured for Delta and for many small, quick jobs.
+
+Runs of different tasks share the session from several threads: PySpark's pinned-thread mode
+(the default) gives every Python thread its own JVM thread, so job groups and other local
+properties set by one run never leak into another.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from workers.config import CACHE_DIR, Settings
+
+DELTA_JARS_DIR = CACHE_DIR / "jars" / "delta"
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def delta_jars(jars_dir: Path = DELTA_JARS_DIR) -> list[str]:
+    """The Delta jars fetched by infra/fetch_jars.sh; nothing is downloaded at run time."""
+    jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
+    if not any("delta-spark" in Path(j).name for j in jars):
+        raise RuntimeError(
+            f"Delta Lake jars not found in {jars_dir}: run infra/setup.sh "
+            "(or infra/fetch_jars.sh) once to fetch them from Maven Central"
+        )
+    return jars
+
+
+def _spark_warehouse_dir(settings: Settings) -> str:
+    # Managed (catalog) tables are not used — every table is addressed by path — but Spark
+    # still wants a warehouse dir; keep it inside ours instead of the current directory.
+    return f"{settings.warehouse.rstrip('/')}/_spark_warehouse"
+
+
+def _build(settings: Settings) -> SparkSession:
+    conf: dict[str, str] = {
+        "spark.jars": ",".join(delta_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.warehouse.dir": _spark_warehouse_dir(settings),
+        "spark.sql.session.timeZone": "UTC",
+        # Small tables, many runs: few shuffle partitions and small Delta state reconstruction
+        # (the default of 50 snapshot partitions dominates the cost of every tiny read).
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # VACUUM with short retention is a legitimate maintenance choice here.
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Delta's plans are wide; without this every first write logs a truncation warning.
+        "spark.sql.debug.maxToStringFields": "200",
+    }
+    if settings.spark_master.startswith("local"):
+        # Everything in this process: loopback only (no hostname-resolution surprises on laptops
+        # and containers), and Python UDF workers run this interpreter (the venv). A cluster
+        # master needs a reachable driver address and its own Python, so both stay unset there.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.pyspark.python"] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
+    builder = SparkSession.builder.master(settings.spark_master).appName("mvs")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def get_spark(settings: Settings) -> SparkSession:
+    """The process-wide SparkSession, created on first use (thread-safe).
+
+    Later calls return the same session whatever their settings: master and jars are fixed
+    at JVM start, and tables are addressed by path, so another warehouse works unchanged.
+    """
+    global _session
+    with _lock:
+        if _session is None:
+            _session = _build(settings)
+        return _session
+
+
+def active_spark() -> SparkSession | None:
+    """The process session if one was started (never starts one)."""
+    return _session
+
+
+def stop_spark() -> None:
+    """Stop the process session (and its JVM context); the next get_spark starts a new one."""
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None

@@ -1,0 +1,243 @@
+"""``mvs topics apply``: create the declared topics that are missing and report drift.
+
+Drift (a partition count, replication factor or declared config that differs on the broker)
+is reported, never fixed: changing a partition count would move keys between partitions,
+i.e. tasks between owners and catalog partitions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+# confluent_kafka.admin re-exports these without __all__, which mypy --strict rejects.
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from workers.config import Settings
+from workers.kafka.clients import lazy_admin
+from workers.kafka.errors import BusError
+from workers.kafka.retry import ADMIN_RETRY, METADATA_RETRY, RetryPolicy
+from workers.topics import TopicSpec, topics
+
+REQUEST_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Drift:
+    topic: str  # logical
+    item: str  # "partitions", "replication_factor" or a topic config name
+    declared: str
+    actual: str | None
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.item} is {self.actual} on the broker but declared {self.declared}"
+
+
+@dataclass(frozen=True)
+class TopicsReport:
+    created: tuple[str, ...] = ()
+    drift: tuple[Drift, ...] = ()
+    unchanged: tuple[str, ...] = ()
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.created and not self.drift
+
+    def lines(self) -> list[str]:
+        out = [f"created {name}" for name in self.created]
+        out += [f"drift   {d}" for d in self.drift]
+        return out or [f"nothing to do ({len(self.unchanged)} topics as declared)"]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+@dataclass(frozen=True)
+class TopicStatus:
+    topic: str
+    physical: str
+    exists: bool
+    partitions: int | None
+    declared_partitions: int
+    # partition -> (earliest, latest committed) offsets
+    offsets: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    drift: tuple[Drift, ...] = ()
+
+    @property
+    def records(self) -> int:
+        """Offsets spanned (records still retained, counting compacted-away ones and markers)."""
+        return sum(high - low for low, high in self.offsets.values())
+
+
+def replication_factor(settings: Settings, spec: TopicSpec) -> int:
+    # Settings.replication_factor (when the deployment sets one) overrides every declaration.
+    override = getattr(settings, "replication_factor", None)
+    return int(override) if override else spec.replication_factor
+
+
+def _result(what: str, future: Any, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BusError.from_kafka(what, exc) from exc
+
+
+def _metadata(admin: AdminClient) -> dict[str, Any]:
+    try:
+        return dict(admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
+    except KafkaException as exc:
+        raise BusError.from_kafka("list topics", exc) from exc
+
+
+def _create(admin: AdminClient, topic: NewTopic) -> bool:
+    """True if this call created it, False if it already existed (someone else won a race)."""
+    future = admin.create_topics(
+        [topic], operation_timeout=REQUEST_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S
+    )
+    try:
+        _result(f"create {topic.topic}", future[topic.topic])
+    except BusError as exc:
+        if exc.code == "TOPIC_ALREADY_EXISTS":
+            return False
+        raise
+    return True
+
+
+def _await_ready(admin: AdminClient, expected: Mapping[str, int]) -> None:
+    """Raise a retriable error until every topic has all its partitions with a leader."""
+    metadata = _metadata(admin)
+    for name, partitions in expected.items():
+        topic = metadata.get(name)
+        if topic is None or topic.error is not None or len(topic.partitions) != partitions:
+            raise BusError(f"topic {name} not in the metadata yet", retriable=True)
+        if any(p.leader < 0 for p in topic.partitions.values()):
+            raise BusError(f"topic {name} not ready yet", retriable=True)
+
+
+def _drift(spec: TopicSpec, settings: Settings, metadata: Any, configs: Mapping[str, Any]) -> list[Drift]:
+    found = []
+    if len(metadata.partitions) != spec.partitions:
+        found.append(Drift(spec.name, "partitions", str(spec.partitions), str(len(metadata.partitions))))
+    replicas = {len(p.replicas) for p in metadata.partitions.values()}
+    declared_rf = replication_factor(settings, spec)
+    if replicas and replicas != {declared_rf}:
+        actual = ",".join(map(str, sorted(replicas)))
+        found.append(Drift(spec.name, "replication_factor", str(declared_rf), actual))
+    for key, value in spec.config.items():
+        entry = configs.get(key)
+        value_now = None if entry is None else entry.value
+        if value_now != value:
+            found.append(Drift(spec.name, key, value, value_now))
+    return found
+
+
+def _configs(admin: AdminClient, physical: str) -> dict[str, Any]:
+    resource = ConfigResource(ResourceType.TOPIC, physical)
+    futures = admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
+    (future,) = futures.values()
+    return dict(_result(f"describe configs of {physical}", future))
+
+
+def apply_topics(
+    settings: Settings,
+    *,
+    retry: RetryPolicy = ADMIN_RETRY,
+    wait: RetryPolicy = METADATA_RETRY,
+    admin: AdminClient | None = None,
+) -> TopicsReport:
+    """Create missing topics (and wait until they have leaders); report drift of the others."""
+    admin = admin or lazy_admin(settings).get()
+    specs = topics()
+    existing = retry.call(functools.partial(_metadata, admin))
+    created, drift, unchanged = [], [], []
+    for spec in specs.values():
+        physical = settings.topic(spec.name)
+        if physical not in existing:
+            rf = replication_factor(settings, spec)
+            new = NewTopic(physical, spec.partitions, rf, config=dict(spec.config))
+            if retry.call(functools.partial(_create, admin, new)):
+                created.append(spec.name)
+                continue
+            existing = retry.call(functools.partial(_metadata, admin))  # lost a creation race: compare
+        configs = retry.call(functools.partial(_configs, admin, physical))
+        found = _drift(spec, settings, existing[physical], configs)
+        drift.extend(found)
+        if not found:
+            unchanged.append(spec.name)
+    if created:
+        expected = {settings.topic(name): specs[name].partitions for name in created}
+        wait.call(functools.partial(_await_ready, admin, expected))
+    return TopicsReport(tuple(created), tuple(drift), tuple(unchanged))
+
+
+def _offsets(admin: AdminClient, partitions: list[TopicPartition], spec: Any) -> dict[int, int]:
+    if not partitions:
+        return {}
+    futures = admin.list_offsets(
+        {tp: spec for tp in partitions},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=REQUEST_TIMEOUT_S,
+    )
+    return {tp.partition: _result(f"offsets of {tp.topic}", f).offset for tp, f in futures.items()}
+
+
+def describe(settings: Settings, *, retry: RetryPolicy = ADMIN_RETRY) -> list[TopicStatus]:
+    """Per declared topic: whether it exists, its partitions, offsets and drift (``mvs status``)."""
+    admin = lazy_admin(settings).get()
+    metadata = retry.call(functools.partial(_metadata, admin))
+    out = []
+    for spec in topics().values():
+        physical = settings.topic(spec.name)
+        meta = metadata.get(physical)
+        if meta is None:
+            out.append(TopicStatus(spec.name, physical, False, None, spec.partitions))
+            continue
+        tps = [TopicPartition(physical, p) for p in sorted(meta.partitions)]
+        low = retry.call(functools.partial(_offsets, admin, tps, OffsetSpec.earliest()))  # type: ignore[no-untyped-call]
+        high = retry.call(functools.partial(_offsets, admin, tps, OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+        configs = retry.call(functools.partial(_configs, admin, physical))
+        out.append(
+            TopicStatus(
+                spec.name,
+                physical,
+                True,
+                len(meta.partitions),
+                spec.partitions,
+                {p: (low[p], high[p]) for p in sorted(meta.partitions)},
+                tuple(_drift(spec, settings, meta, configs)),
+            )
+        )
+    return out
+
+
+def configure_group(settings: Settings, group_id: str, *, retry: RetryPolicy = ADMIN_RETRY) -> None:
+    """With ``group.protocol=consumer`` the session timeout is a broker-side group config:
+    set it (and the heartbeat interval) from ``Settings`` so failover is as fast as with the
+    classic protocol. A no-op for the classic protocol, whose clients set it themselves."""
+    if settings.group_protocol != "consumer":
+        return
+    session = settings.session_timeout_ms
+    entries = [
+        ConfigEntry("consumer.session.timeout.ms", str(session), incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry(
+            "consumer.heartbeat.interval.ms",
+            str(max(500, session // 3)),
+            incremental_operation=AlterConfigOpType.SET,
+        ),
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=entries)
+    admin = lazy_admin(settings).get()
+
+    def alter() -> None:
+        (future,) = admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S).values()
+        _result(f"configure group {group_id}", future)
+
+    retry.call(alter)

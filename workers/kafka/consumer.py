@@ -1,0 +1,387 @@
+"""TypedConsumer: decoded records out, undecodable ones to the dlq, explicit synchronous commits.
+
+Offsets: every record ``poll`` hands out (or dead-letters) is *stored* by librdkafka;
+``commit()`` commits what is stored, ``commit(message)`` commits up to that message, and a
+transactional producer's ``send_offsets(consumer)`` commits the positions. A dead-lettered
+record is committed at once when no handed-out record before it awaits a commit (so a
+commit can never skip unprocessed work); otherwise the next commit covers it.
+
+Like librdkafka's consumer, one instance is used from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_STORED,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import Message as RawMessage
+
+from workers.codec import Codec, DecodeError, get_codec
+from workers.config import Settings
+from workers.kafka.clients import lazy_consumer
+from workers.kafka.errors import BusError
+from workers.kafka.messages import Message
+from workers.kafka.producer import TypedProducer
+from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
+from workers.topics import logical_name, topic_spec
+
+log = logging.getLogger(__name__)
+Partitions = list[tuple[str, int]]  # (logical topic, partition)
+RebalanceCallback = Callable[[Partitions], None]
+_TP = tuple[str, int]  # (physical topic, partition)
+_RawCallback = Callable[[RawConsumer, list[TopicPartition]], None]
+
+DLQ_TOPIC = "dlq"
+H_ERROR = "mvs.error"
+H_TOPIC, H_PARTITION, H_OFFSET = "mvs.source.topic", "mvs.source.partition", "mvs.source.offset"
+RawHeaders = list[tuple[str, str | bytes | None]]
+
+
+def _header_text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _raw_headers(raw: RawMessage) -> RawHeaders:
+    headers = raw.headers() or []
+    return list(headers.items()) if isinstance(headers, dict) else list(headers)
+
+
+class TypedConsumer:
+    """A consumer of logical topics. ``group_id=None`` makes a reader that never commits
+    (librdkafka still needs a group id: a throwaway one is used)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group_id: str | None = None,
+        *,
+        dead_letters: bool = True,
+        config: Mapping[str, str] | None = None,
+        codec: Codec | None = None,
+        dlq_producer: TypedProducer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.group_id = group_id
+        self._dead_letters = dead_letters
+        throwaway = f"{settings.namespace}.reader.{uuid.uuid4().hex}"
+        self._client = lazy_consumer(settings, group_id or throwaway, config)
+        self._codec = codec
+        self._dlq = dlq_producer
+        self._owns_dlq = dlq_producer is None
+        self._pending: dict[_TP, int] = {}  # next offset after the last handed-out, uncommitted record
+        self._consumed: dict[_TP, int] = {}  # next offset after the last record polled (incl. dead-lettered)
+        self._eof: dict[_TP, int] = {}  # end offsets reported by enable.partition.eof
+
+    @property
+    def codec(self) -> Codec:
+        if self._codec is None:
+            self._codec = get_codec()
+        return self._codec
+
+    def _logical(self, physical: str) -> str:
+        return logical_name(self.settings, physical)
+
+    def _to_logical(self, partitions: Sequence[TopicPartition]) -> Partitions:
+        return [(self._logical(tp.topic), tp.partition) for tp in partitions]
+
+    def _forget(self, partitions: Sequence[TopicPartition]) -> None:
+        for tp in partitions:
+            for state in (self._pending, self._consumed, self._eof):
+                state.pop((tp.topic, tp.partition), None)
+
+    # -- assignment ----------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group for ``topics``. Callbacks run inside ``poll`` with the partitions
+        gained or lost (incremental with both group protocols); the library (un)assigns them
+        after the callback returns. ``on_lost`` defaults to ``on_revoke``."""
+
+        def wrap(callback: RebalanceCallback | None, leaving: bool) -> _RawCallback:
+            def handler(_: RawConsumer, partitions: list[TopicPartition]) -> None:
+                if callback is not None:
+                    callback(self._to_logical(partitions))
+                if leaving:
+                    self._forget(partitions)
+
+            return handler
+
+        physical = [self.settings.topic(topic_spec(t).name) for t in topics]
+        self._client.get().subscribe(
+            physical,
+            on_assign=wrap(on_assign, False),
+            on_revoke=wrap(on_revoke, True),
+            on_lost=wrap(on_lost or on_revoke, True),
+        )
+
+    def assign(self, topic: str, partitions: Sequence[int], from_beginning: bool = False) -> None:
+        """Add partitions by hand. Start: the beginning if asked, else the group's committed
+        offset (``auto.offset.reset`` when there is none), else (no group) the end as of now:
+        taken before returning, so a record produced after ``assign`` returns is never missed."""
+        if from_beginning:
+            self.assign_at(topic, {p: OFFSET_BEGINNING for p in partitions})
+        elif self.group_id:
+            self.assign_at(topic, {p: OFFSET_STORED for p in partitions})
+        else:
+            ends = self.end_offsets(topic, partitions)
+            self.assign_at(topic, {p: high for p, (_, high) in ends.items()})
+
+    def assign_at(self, topic: str, offsets: Mapping[int, int]) -> None:
+        """Add partitions starting at the given offsets (or OFFSET_BEGINNING / OFFSET_END / ...)."""
+        physical = self.settings.topic(topic_spec(topic).name)
+        self._client.get().incremental_assign([TopicPartition(physical, p, o) for p, o in offsets.items()])
+
+    def unassign(self, topic: str, partitions: Sequence[int] | None = None) -> None:
+        """Drop hand-assigned partitions of ``topic`` (all of them by default)."""
+        consumer = self._client.get()
+        physical = self.settings.topic(topic)
+        drop = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in consumer.assignment()
+            if tp.topic == physical and (partitions is None or tp.partition in partitions)
+        ]
+        if drop:
+            consumer.incremental_unassign(drop)
+            self._forget(drop)
+
+    def assignment(self) -> Partitions:
+        return self._to_logical(self._client.get().assignment())
+
+    # -- consuming -----------------------------------------------------------------------
+
+    def poll(self, timeout_s: float = 1.0) -> Message | None:
+        """The next record, or None when none came within ``timeout_s``. Rebalance callbacks
+        run in here; undecodable records go to the dlq and are skipped."""
+        consumer = self._client.get()
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            raw = consumer.poll(max(0.0, deadline - time.monotonic()))
+            if raw is not None:
+                error = raw.error()
+                if error is not None:
+                    self._on_error(raw, error)
+                else:
+                    message = self._accept(raw)
+                    if message is not None:
+                        return message
+            if time.monotonic() >= deadline:
+                return None
+
+    def _on_error(self, raw: RawMessage, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            self._eof[(str(raw.topic()), int(raw.partition() or 0))] = int(raw.offset() or 0)
+            return
+        if error.fatal():
+            raise BusError.from_kafka("consumer", error)
+        # Broker down, topic not there yet...: librdkafka keeps retrying by itself.
+        log.warning("consumer: %s", BusError.from_kafka(str(raw.topic() or ""), error))
+
+    def _accept(self, raw: RawMessage) -> Message | None:
+        tp = (str(raw.topic()), int(raw.partition() or 0))
+        offset = int(raw.offset() or 0)
+        self._consumed[tp] = offset + 1
+        decoded = self._decode(raw)
+        if isinstance(decoded, Message):
+            self._pending[tp] = offset + 1
+            return decoded
+        if not self._dead_letters:
+            self._pending[tp] = offset + 1
+            return self._message(raw, value=None, record_type=None, raw_value=raw.value(), error=decoded)
+        self._dead_letter(raw, decoded)
+        return None
+
+    def _message(
+        self,
+        raw: RawMessage,
+        *,
+        value: dict[str, Any] | None,
+        record_type: str | None,
+        raw_value: bytes | None = None,
+        error: str | None = None,
+    ) -> Message:
+        key = raw.key()
+        ts_type, ts = raw.timestamp()
+        return Message(
+            topic=self._logical(str(raw.topic())),
+            partition=int(raw.partition() or 0),
+            offset=int(raw.offset() or 0),
+            key=None if key is None else key.decode(errors="replace"),
+            value=value,
+            record_type=record_type,
+            headers=tuple((k, _header_text(v)) for k, v in _raw_headers(raw)),
+            timestamp=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+            raw=raw_value,
+            error=error,
+        )
+
+    def _decode(self, raw: RawMessage) -> Message | str:
+        """The message, or why it cannot be handed to role code."""
+        key = raw.key()
+        if key is not None:
+            try:
+                key.decode()
+            except UnicodeDecodeError:
+                return "key is not UTF-8"
+        spec = topic_spec(self._logical(str(raw.topic())))
+        value = raw.value()
+        if value is None:
+            return self._message(raw, value=None, record_type=None)  # tombstone
+        if spec.value_schema is None:
+            return self._message(raw, value=None, record_type=None, raw_value=value)
+        try:
+            record_type, record = self.codec.decode(value)
+        except DecodeError as exc:
+            return exc.reason
+        if record_type != spec.value_schema:
+            return f"{record_type} does not belong on topic {spec.name} (expects {spec.value_schema})"
+        return self._message(raw, value=record, record_type=record_type)
+
+    def _dead_letter(self, raw: RawMessage, reason: str) -> None:
+        topic, partition, offset = str(raw.topic()), int(raw.partition() or 0), int(raw.offset() or 0)
+        headers = _raw_headers(raw) + [
+            (H_ERROR, reason.encode()),
+            (H_TOPIC, topic.encode()),
+            (H_PARTITION, str(partition).encode()),
+            (H_OFFSET, str(offset).encode()),
+        ]
+        if self._dlq is None:
+            self._dlq = TypedProducer(self.settings, codec=self._codec)
+        try:
+            self._dlq.produce_raw(DLQ_TOPIC, raw.key(), raw.value(), headers)
+            self._dlq.flush()
+        except BusError:
+            # Not lost: read it again on the next poll.
+            self._client.get().seek(TopicPartition(topic, partition, offset))
+            self._consumed[(topic, partition)] = offset
+            raise
+        log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
+        if self.group_id and (topic, partition) not in self._pending:
+            try:
+                self._commit([TopicPartition(topic, partition, offset + 1)])
+            except BusError as exc:
+                # Still stored: the next commit covers it (or it is dead-lettered once more).
+                log.warning("could not commit past the dead letter: %s", exc)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def _commit(self, offsets: list[TopicPartition] | None) -> None:
+        if not self.group_id:
+            raise BusError("this consumer has no group id: there is nothing to commit to")
+        consumer = self._client.get()
+        try:
+            if offsets is None:
+                result = consumer.commit(asynchronous=False)
+            else:
+                result = consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            error = BusError.from_kafka("commit", exc)
+            if error.code == "_NO_OFFSET":
+                return  # nothing new since the last commit
+            raise error from exc
+        for tp in result or []:
+            if tp.error is not None:
+                raise BusError.from_kafka(f"commit {tp.topic}[{tp.partition}]", tp.error)
+
+    def commit(self, message: Message | None = None) -> None:
+        """Synchronously commit everything polled so far, or up to and including ``message``."""
+        if message is None:
+            self._commit(None)
+            self._pending.clear()
+            return
+        tp = (self.settings.topic(message.topic), message.partition)
+        offset = message.offset + 1
+        if self._pending.get(tp) == offset:
+            offset = max(offset, self._consumed.get(tp, offset))  # also covers dead letters after it
+        self._commit([TopicPartition(tp[0], tp[1], offset)])
+        if self._pending.get(tp, 0) <= offset:
+            self._pending.pop(tp, None)
+
+    def raw_positions(self) -> list[TopicPartition]:
+        """Positions of the assigned partitions that have one (for transactional commits)."""
+        consumer = self._client.get()
+        return [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+
+    def group_metadata(self) -> Any:
+        return self._client.get().consumer_group_metadata()
+
+    def mark_committed(self) -> None:
+        """Called by a producer whose transaction committed this consumer's positions."""
+        self._pending.clear()
+
+    def seek_to_committed(self, timeout_s: float = 10.0) -> None:
+        """Rewind every assigned partition to its committed offset (after an aborted transaction)."""
+        consumer = self._client.get()
+        try:
+            committed = consumer.committed(consumer.assignment(), timeout_s)
+        except KafkaException as exc:
+            raise BusError.from_kafka("committed offsets", exc) from exc
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING  # none committed: reset policy
+            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        self._pending.clear()
+
+    def end_offsets(
+        self, topic: str, partitions: Sequence[int] | None = None, *, retry: RetryPolicy = ADMIN_RETRY
+    ) -> dict[int, tuple[int, int]]:
+        """(low, high) per partition; high is the last stable offset (read_committed)."""
+        consumer = self._client.get()
+        physical = self.settings.topic(topic_spec(topic).name)
+        if partitions is None:
+            partitions = sorted(retry.call(lambda: self._partitions(physical)))
+
+        def watermarks(partition: int) -> tuple[int, int]:
+            try:
+                return consumer.get_watermark_offsets(TopicPartition(physical, partition), 10.0, False)
+            except KafkaException as exc:
+                raise BusError.from_kafka(f"watermarks of {physical}[{partition}]", exc) from exc
+
+        return {p: retry.call(functools.partial(watermarks, p)) for p in partitions}
+
+    def _partitions(self, physical: str) -> list[int]:
+        metadata = self._client.get().list_topics(physical, 10.0)
+        topic = metadata.topics.get(physical)
+        if topic is None:
+            raise BusError(f"no topic {physical}", retriable=True)
+        if topic.error is not None:
+            raise BusError.from_kafka(f"metadata of {physical}", topic.error)
+        return list(topic.partitions)
+
+    def eof_offset(self, topic: str, partition: int) -> int | None:
+        """Where the last end-of-partition event (``enable.partition.eof``) was seen."""
+        return self._eof.get((self.settings.topic(topic), partition))
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Leave the group (revoke callbacks run) and release the clients."""
+        consumer = self._client.reset()
+        if consumer is not None:
+            consumer.close()
+        if self._owns_dlq and self._dlq is not None:
+            self._dlq.close()
+
+    def __enter__(self) -> TypedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

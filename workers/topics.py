@@ -1,0 +1,117 @@
+"""Topic declarations: ``topics/<logical name>.toml``, loaded once into ``TopicSpec``.
+
+Physical names come from ``Settings.topic(logical)`` (``<namespace>.<logical>``). The keyed
+topics that decide ownership must share one partition count (checked here), because a task
+id hashes (murmur2) to the same partition number of each.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from workers.config import REPO_ROOT, Settings
+
+TOPICS_DIR = REPO_ROOT / "topics"
+# Keyed by task id; partition p of each belongs to the worker that owns manager partition p.
+OWNERSHIP_TOPICS = ("catalog", "manager", "maintainer")
+
+
+class TopicConfigError(ValueError):
+    """A topic declaration is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str  # logical
+    partitions: int
+    replication_factor: int
+    value_schema: str | None  # full Avro name; None = raw bytes (the dlq)
+    purpose: str
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def physical(self, settings: Settings) -> str:
+        return settings.topic(self.name)
+
+
+def _config_value(value: object) -> str:
+    # Kafka topic configs are strings; TOML may hold ints or booleans for convenience.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise TopicConfigError(f"topic config value {value!r} is not a scalar")
+
+
+def _parse(path: Path, raw: Mapping[str, Any]) -> TopicSpec:
+    logical = path.name.removesuffix(".toml")
+    unknown = set(raw) - {"name", "partitions", "replication_factor", "value_schema", "purpose", "config"}
+    if unknown:
+        raise TopicConfigError(f"{path.name}: unknown keys {sorted(unknown)}")
+    if raw.get("name") != logical:
+        got = raw.get("name")
+        raise TopicConfigError(f"{path.name}: name must be {logical!r} (the file name), got {got!r}")
+    partitions, replication = raw.get("partitions"), raw.get("replication_factor", 1)
+    if not isinstance(partitions, int) or partitions < 1:
+        raise TopicConfigError(f"{path.name}: partitions must be a positive integer")
+    if not isinstance(replication, int) or replication < 1:
+        raise TopicConfigError(f"{path.name}: replication_factor must be a positive integer")
+    schema = raw.get("value_schema")
+    if schema is not None and (not isinstance(schema, str) or "." not in schema):
+        raise TopicConfigError(f"{path.name}: value_schema must be a full Avro name like io.mvs.DdlEvent")
+    config = raw.get("config", {})
+    if not isinstance(config, dict):
+        raise TopicConfigError(f"{path.name}: [config] must be a table")
+    return TopicSpec(
+        name=logical,
+        partitions=partitions,
+        replication_factor=replication,
+        value_schema=schema,
+        purpose=str(raw.get("purpose", "")),
+        config=MappingProxyType({str(k): _config_value(v) for k, v in config.items()}),
+    )
+
+
+def load_topics(directory: Path = TOPICS_DIR) -> dict[str, TopicSpec]:
+    """Every declaration in ``directory`` by logical name (uncached; see ``topics()``)."""
+    specs: dict[str, TopicSpec] = {}
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise TopicConfigError(f"{path.name}: {exc}") from exc
+        spec = _parse(path, raw)
+        specs[spec.name] = spec
+    if not specs:
+        raise TopicConfigError(f"no topic declarations in {directory}")
+    counts = {specs[name].partitions for name in OWNERSHIP_TOPICS if name in specs}
+    if len(counts) > 1:
+        raise TopicConfigError(f"{', '.join(OWNERSHIP_TOPICS)} must have the same partition count")
+    return specs
+
+
+@functools.cache
+def topics() -> Mapping[str, TopicSpec]:
+    """The declarations in ``topics/``, loaded once per process."""
+    return MappingProxyType(load_topics())
+
+
+def topic_spec(logical: str) -> TopicSpec:
+    try:
+        return topics()[logical]
+    except KeyError:
+        known = sorted(topics())
+        raise TopicConfigError(f"no topic {logical!r} declared in topics/ (known: {known})") from None
+
+
+def logical_name(settings: Settings, physical: str) -> str:
+    """Inverse of ``Settings.topic``: ``mvs.ddl.results`` → ``ddl.results``."""
+    prefix = f"{settings.namespace}."
+    if not physical.startswith(prefix):
+        raise TopicConfigError(f"topic {physical!r} is not in namespace {settings.namespace!r}")
+    return physical[len(prefix) :]
