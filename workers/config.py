@@ -49,6 +49,9 @@ class Settings:
     worker_id: str = field(default_factory=default_worker_id)
     # Manager → coordinator heartbeat period while something changed (seed 002: ≤ 1 s).
     heartbeat_interval_s: float = 1.0
+    # A task whose owner sent no heartbeat for this long is restarted (Warning, 4002); managers send a
+    # full snapshot at least every 10 s, so this must stay well above that.
+    heartbeat_timeout_s: float = 25.0
     # Consumer-group session timeout: how long a dead worker keeps its tasks.
     session_timeout_ms: int = 6000
     # Group protocol: "classic" (cooperative-sticky) or "consumer" (KIP-848).

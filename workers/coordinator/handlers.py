@@ -287,6 +287,7 @@ def handle_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Contex
         if task is None or status["epoch"] != task["epoch"]:
             continue  # a removed task, or a report from before the latest (re)start: stale
         updated = dict(task)
+        moved = task["owner"] is not None and task["owner"] != heartbeat["worker_id"]
         updated["owner"] = heartbeat["worker_id"]
         updated["last_run"] = status["last_run"] or task["last_run"]
         updated["next_run_at"] = status["next_run_at"]
@@ -298,10 +299,68 @@ def handle_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Contex
         if task["state"] in (TaskState.NORMAL.value, TaskState.WARNING.value):
             updated["state"] = status["state"]
             updated["error"] = status["error"]
-        comparable = ("owner", "last_run", "next_run_at", "checkpoint", "state", "error")
+        if moved:
+            # A new owner: raise the epoch so anything the old owner still sends or commits is stale.
+            updated["epoch"] = task["epoch"] + 1
+            effects.manager.append(_manager_command("ADD_MAINTAINER", updated, ctx))
+        comparable = ("owner", "last_run", "next_run_at", "checkpoint", "state", "error", "epoch")
         if any(updated[k] != task[k] for k in comparable):
             updated["updated_at"] = ctx.now_ms
             effects.catalog[updated["task_id"]] = updated
     if effects.catalog:
         effects.merge(refresh_safepoints(tasks, effects.catalog, ctx))
     return effects
+
+
+def restart_silent_tasks(
+    tasks: Mapping[str, Record],
+    silent_workers: set[str],
+    restarts: Mapping[str, int],
+    ctx: Context,
+    *,
+    max_restarts: int = 3,
+) -> Effects:
+    """Tasks whose owner stopped heartbeating: Warning (4002) and a restart under a new epoch, or
+    Failed (4001) once a task has been restarted ``max_restarts`` times (it keeps crashing)."""
+    effects = Effects()
+    for task_id, task in tasks.items():
+        if task["owner"] not in silent_workers or task["state"] not in (
+            TaskState.NORMAL.value,
+            TaskState.WARNING.value,
+        ):
+            continue
+        updated = {**task, "epoch": task["epoch"] + 1, "owner": None, "updated_at": ctx.now_ms}
+        if restarts.get(task_id, 0) >= max_restarts:
+            updated["state"] = TaskState.FAILED.value
+            updated["error"] = task_error(
+                ErrorCode.MAINTAINER_CRASH,
+                f"owner {task['owner']} went silent {max_restarts + 1} times; drop and re-create the task",
+                at_ms=ctx.now_ms,
+                severity="FATAL",
+            )
+            updated["error"]["retryable"] = False
+        else:
+            updated["state"] = TaskState.WARNING.value
+            updated["error"] = task_error(
+                ErrorCode.HEARTBEAT_TIMEOUT,
+                f"no heartbeat from owner {task['owner']}; restarting",
+                at_ms=ctx.now_ms,
+            )
+        effects.catalog[task_id] = updated
+        effects.manager.append(_manager_command("ADD_MAINTAINER", updated, ctx))
+    return effects
+
+
+def bootstrap_commands(partitions: int, ctx: Context) -> list[Record]:
+    """One BOOTSTRAP per manager partition, so every live manager answers with a full snapshot."""
+    return [
+        {
+            "command_id": uuid.uuid4().hex,
+            "coordinator_epoch": ctx.coordinator_epoch,
+            "kind": "BOOTSTRAP",
+            "task_id": f"__bootstrap__/{p}",
+            "epoch": 0,
+            "task": None,
+        }
+        for p in range(partitions)
+    ]

@@ -16,9 +16,18 @@ from collections.abc import Callable
 
 from workers.catalog.store import restore_catalog
 from workers.config import Settings
-from workers.coordinator.handlers import Context, Effects, Record, handle_ddl, handle_heartbeat
+from workers.coordinator.handlers import (
+    Context,
+    Effects,
+    Record,
+    bootstrap_commands,
+    handle_ddl,
+    handle_heartbeat,
+    restart_silent_tasks,
+)
 from workers.kafka.typed import Message, TypedConsumer, TypedProducer
 from workers.sched.clock import Clock, SystemClock
+from workers.topics import topic_spec
 from workers.warehouse import table_exists
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,8 @@ class Coordinator:
         self._ddl = TypedConsumer(settings, group_id=settings.group("coordinator"))
         self._heartbeats = TypedConsumer(settings, group_id=None)
         self._producer: TypedProducer | None = None
+        self._last_seen: dict[str, float] = {}  # worker id → monotonic time of its last heartbeat
+        self._restarts: dict[str, int] = {}  # task id → restarts after its owner went silent
 
     # -- election ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -57,6 +68,13 @@ class Coordinator:
         self._producer.init_transactions()
         self._heartbeats.assign("coordinator", [0], from_beginning=False)
         self.active = True
+        # Owners we have not heard from yet get a full timeout from now (seed 002 bootstrap).
+        now = self.clock.monotonic()
+        self._last_seen = {t["owner"]: now for t in self.tasks.values() if t["owner"]}
+        self._publish(
+            Effects(manager=bootstrap_commands(topic_spec("manager").partitions, self.context())),
+            consume=None,
+        )
         log.info("coordinator active (epoch %s) with %d tasks", self.coordinator_epoch, len(self.tasks))
 
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
@@ -88,12 +106,27 @@ class Coordinator:
             if heartbeat is None:
                 break
             if heartbeat.value is not None:
+                self._last_seen[heartbeat.value["worker_id"]] = self.clock.monotonic()
                 effects = handle_heartbeat(heartbeat.value, self._view(), self.context())
                 self._pending.merge(effects)
+        self._check_liveness()
         if self._pending and self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s:
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()
+
+    def _check_liveness(self) -> None:
+        now = self.clock.monotonic()
+        silent = {w for w, seen in self._last_seen.items() if now - seen > self.settings.heartbeat_timeout_s}
+        if not silent:
+            return
+        effects = restart_silent_tasks(self._view(), silent, self._restarts, self.context())
+        for task_id in effects.catalog:
+            self._restarts[task_id] = self._restarts.get(task_id, 0) + 1
+        for worker in silent:
+            del self._last_seen[worker]
+        if effects:
+            self._pending.merge(effects)
 
     def _view(self) -> dict[str, Record]:
         """The catalog including not yet flushed heartbeat updates."""
@@ -133,7 +166,10 @@ class Coordinator:
                 else:
                     producer.send("catalog", task_id, task)
             for command in effects.manager:
-                producer.send("manager", command["task_id"], command)
+                # A BOOTSTRAP goes to one named partition, so that every partition's owner gets one.
+                broadcast = command["kind"] == "BOOTSTRAP"
+                partition = int(command["task_id"].rsplit("/", 1)[1]) if broadcast else None
+                producer.send("manager", command["task_id"], command, partition=partition)
             for command in effects.maintainer:
                 producer.send("maintainer", command["task_id"], command)
             for result in effects.results:

@@ -64,30 +64,51 @@ class TypedProducer:
         record: Mapping[str, Any],
         *,
         headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
     ) -> None:
-        """Encode ``record`` as the topic's value schema and queue it (``flush`` waits for it)."""
+        """Encode ``record`` as the topic's value schema and queue it (``flush`` waits for it).
+
+        ``partition`` overrides the key's partition (a command broadcast to every owner)."""
         schema = topic_spec(topic).value_schema
         if schema is None:
             raise TypeError(f"topic {topic!r} has no value schema; it takes raw bytes only")
         value = self.codec.encode(schema, record)
         raw_headers: RawHeaders = [(k, v.encode()) for k, v in (headers or {}).items()]
-        self.produce_raw(topic, None if key is None else key.encode(), value, raw_headers)
+        self.produce_raw(
+            topic, None if key is None else key.encode(), value, raw_headers, partition=partition
+        )
 
     def send_tombstone(self, topic: str, key: str) -> None:
         """A null value for ``key``: deletes it from a compacted topic (the catalog)."""
         self.produce_raw(topic, key.encode(), None)
 
     def produce_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: RawHeaders | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: RawHeaders | None = None,
+        *,
+        partition: int | None = None,
     ) -> None:
         """Queue bytes as they are (the dlq, tombstones); role code uses ``send``."""
         producer = self._client.get()
         physical = self.settings.topic(topic_spec(topic).name)
         while True:
             try:
-                producer.produce(
-                    physical, value=value, key=key, headers=headers or None, on_delivery=self._delivered
-                )
+                if partition is None:
+                    producer.produce(
+                        physical, value=value, key=key, headers=headers or None, on_delivery=self._delivered
+                    )
+                else:
+                    producer.produce(
+                        physical,
+                        value=value,
+                        key=key,
+                        headers=headers or None,
+                        on_delivery=self._delivered,
+                        partition=partition,
+                    )
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: serve deliveries, then try again

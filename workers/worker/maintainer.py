@@ -186,7 +186,9 @@ class Maintainer:
         now_ms = self.env.clock.wall_ms()
         run = RunContext(uuid.uuid4().hex[:16], self.task["epoch"], trigger, now_ms, dict(self.watermark))
         if self.task["kind"] == "MV" and self._unchanged():
-            self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message="skipped: no change")
+            if not (trigger == "SCHEDULE" and self._trigger_kind() == "ON_CHANGE"):
+                # A due refresh with nothing new: history says so; an ON CHANGE poll just looks again.
+                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message="skipped: no change")
             self._schedule_next(started=self.env.clock.monotonic())
             return
         task, safepoint = dict(self.task), self.safepoint
@@ -197,11 +199,7 @@ class Maintainer:
                 return runner.refresh(task, run_id=run.run_id, job_group=run.job_group)
             return runner.purge(task, safepoint=safepoint, run_id=run.run_id, job_group=run.job_group)
 
-        priority = (
-            Priority.URGENT
-            if trigger == "MANUAL"
-            else (Priority.PURGE if task["kind"] == "MV_LOG" else Priority.PERIODIC)
-        )
+        priority = self._priority(trigger)
         status = self.env.executor.submit(
             self.task_id,
             body,
@@ -220,6 +218,17 @@ class Maintainer:
         self.running = run
         self.env.due.remove(self.task_id)
         self._record_run(run, "RUNNING")
+
+    def _trigger_kind(self) -> str:
+        return str(self.task["mv"]["trigger"]["kind"]) if self.task["kind"] == "MV" else "EVERY"
+
+    def _priority(self, trigger: str) -> Priority:
+        """Asked-for runs first, then freshness-driven triggers, then periodic refreshes, purges last."""
+        if trigger == "MANUAL":
+            return Priority.URGENT
+        if self.task["kind"] == "MV_LOG":
+            return Priority.PURGE
+        return Priority.CHANGE if self._trigger_kind() in ("ON_CHANGE", "TARGET_LAG") else Priority.PERIODIC
 
     def _unchanged(self) -> bool:
         """True when the base tables are still at the versions the MV already reflects (no Spark job)."""

@@ -29,6 +29,7 @@ from workers.worker.runner import Runner, SparkRunner
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
 FULL_HEARTBEAT_EVERY_S = 10.0
+RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
 
 
@@ -63,6 +64,7 @@ class Manager:
         self._lock = threading.Lock()
         self._last_heartbeat = float("-inf")
         self._last_full = float("-inf")
+        self._last_reconcile = self.clock.monotonic()
         self._full_requested = True
         self.coordinator_epoch = 0
         self._commands = TypedConsumer(settings, group_id=settings.group("workers"))
@@ -81,7 +83,7 @@ class Manager:
             return
         for partition in owned:
             for task in restore_catalog(self.settings, [partition]).values():
-                self._add(task, partition)
+                self.add_task(task, partition)
         self._task_commands.assign("maintainer", owned)
         self._full_requested = True
         log.info("%s assigned partitions %s: %d tasks", self.worker_id, owned, len(self.owned))
@@ -117,7 +119,7 @@ class Manager:
             run_timeout_s=self.settings.run_timeout_s,
         )
 
-    def _add(self, task: Record, partition: int) -> None:
+    def add_task(self, task: Record, partition: int) -> None:
         existing = self.owned.get(task["task_id"])
         if existing is not None:
             self.maintainers.send(task["task_id"], Update(task))
@@ -134,6 +136,22 @@ class Manager:
             log.warning("%s: run still going %ss after cancellation", task_id, STOP_RUN_TIMEOUT_S)
         if not self._pollers:
             self.maintainers.run_pending()
+
+    def _remove(self, task_id: str, *, drop_data: bool) -> None:
+        """Stop a task's maintainer for good (a dropped task); its run is cancelled and awaited."""
+        maintainer = self.owned.get(task_id)
+        if maintainer is None:
+            return
+        self._stop(task_id)
+        self._await_run_end(task_id)
+        if drop_data:
+            self.runner.drop(maintainer.task)
+        self.owned.pop(task_id, None)
+        self.partition_of.pop(task_id, None)
+        self.maintainers.unregister(task_id)
+        with self._lock:
+            self._removed.add(task_id)
+            self._dirty.discard(task_id)
 
     def _stop(self, task_id: str) -> None:
         if task_id in self.owned:
@@ -156,19 +174,11 @@ class Manager:
         self.coordinator_epoch = command["coordinator_epoch"]
         kind, task_id = command["kind"], command["task_id"]
         if kind == "ADD_MAINTAINER" and command["task"] is not None:
-            self._add(command["task"], message.partition)
+            self.add_task(command["task"], message.partition)
         elif kind == "REMOVE_MAINTAINER":
             maintainer = self.owned.get(task_id)
             if maintainer is not None and command["epoch"] > maintainer.task["epoch"]:
-                self._stop(task_id)
-                self._await_run_end(task_id)
-                self.runner.drop(maintainer.task)
-                self.owned.pop(task_id, None)
-                self.partition_of.pop(task_id, None)
-                self.maintainers.unregister(task_id)
-                with self._lock:
-                    self._removed.add(task_id)
-                    self._dirty.discard(task_id)
+                self._remove(task_id, drop_data=True)
         elif kind == "BOOTSTRAP":
             self._full_requested = True
 
@@ -221,6 +231,7 @@ class Manager:
 
     # -- loop --------------------------------------------------------------------------------------
     def step(self, timeout_s: float = 0.05) -> None:
+        """One turn of the loop: commands in, due tasks dispatched, records and heartbeats out."""
         next_due = self.due.next_due()
         now = self.clock.monotonic()
         wait = timeout_s if next_due is None else max(0.0, min(timeout_s, next_due - now))
@@ -231,18 +242,41 @@ class Manager:
         while (task_message := self._task_commands.poll(0)) is not None:
             self._on_task_command(task_message)
             self._task_commands.commit(task_message)
-        for task_id in self.due.pop_due(self.clock.monotonic()):
-            self.maintainers.send(task_id, Due())
-        if not self._pollers:
-            self.maintainers.run_pending()
+        self.tick()
         self._publish_outbox()
         now = self.clock.monotonic()
+        if now - self._last_reconcile >= RECONCILE_EVERY_S:
+            self._reconcile()
+            self._last_reconcile = now
         full = self._full_requested or now - self._last_full >= FULL_HEARTBEAT_EVERY_S
         if full or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
             self._send_heartbeat(full=full)
             self._last_heartbeat = now
             if full:
                 self._last_full, self._full_requested = now, False
+
+    def tick(self) -> int:
+        """Hand every due task to its maintainer and let maintainers handle their mail; no Kafka I/O."""
+        due = self.due.pop_due(self.clock.monotonic())
+        for task_id in due:
+            self.maintainers.send(task_id, Due())
+        if not self._pollers:
+            self.maintainers.run_pending()
+        return len(due)
+
+    def _reconcile(self) -> None:
+        """Catch anything a missed command left behind: the catalog of our partitions is the truth."""
+        owned = sorted(set(self.partition_of.values()))
+        if not owned:
+            return
+        for partition in owned:
+            catalog = restore_catalog(self.settings, [partition])
+            for task_id, task in catalog.items():
+                current = self.owned.get(task_id)
+                if current is None or task["epoch"] > current.task["epoch"]:
+                    self.add_task(task, partition)
+            for task_id in [t for t, p in self.partition_of.items() if p == partition and t not in catalog]:
+                self._remove(task_id, drop_data=False)
 
     def run(self, stop: threading.Event) -> None:
         self.start()
