@@ -88,12 +88,15 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     from workers.client import MvsClient
-    from workers.status import history_table
+    from workers.status import ddl_table, history_table
 
     task = args.task
     if task and ":" not in task:
         task = f"mv:{task}"
-    print(history_table(MvsClient(settings).history(task, limit=args.limit)))
+    client = MvsClient(settings)
+    print(history_table(client.history(task, limit=args.limit)))
+    print()
+    print(ddl_table(client.ddl_history(task, limit=args.limit)))
     return 0
 
 

@@ -85,9 +85,29 @@ class MvsClient:
         ordered = sorted(runs.values(), key=lambda r: (r["started_at"], r["ended_at"] or 0))
         return ordered[-limit:]
 
-    def ddl_results(self, limit: int = 20) -> list[Record]:
-        return [m.value for m in read_to_end(self.settings, "ddl.results") if m.value is not None][-limit:]
+    def ddl_history(self, task_id: str | None = None, limit: int = 50) -> list[Record]:
+        """Every DDL event with the coordinator's answer: the task's lifecycle, refusals included."""
+        answers = {m.value["event_id"]: m.value for m in read_to_end(self.settings, "ddl.results") if m.value}
+        entries = []
+        for message in read_to_end(self.settings, "ddl"):
+            event = message.value
+            answer = answers.get(event["event_id"]) if event else None
+            if event is None or (task_id is not None and (answer or {}).get("task_id") != task_id):
+                continue
+            entries.append(
+                {
+                    "at": event["issued_at"],
+                    "action": event["action"],
+                    "name": event["name"],
+                    "sql": event["sql"],
+                    "issued_by": event["issued_by"],
+                    "answer": answer,
+                }
+            )
+        return entries[-limit:]
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush()
+            self._producer.close()
+            self._producer = None

@@ -19,6 +19,7 @@ from typing import Any
 
 from workers.client import MvsClient
 from workers.config import CACHE_DIR, REPO_ROOT, Settings
+from workers.ddl import DdlError
 from workers.embedded.broker import EmbeddedKafka
 from workers.status import status_table
 from workers.warehouse import latest_version
@@ -31,7 +32,13 @@ STATEMENTS = [
     "CREATE MATERIALIZED VIEW big_sales REFRESH COMPLETE ON CHANGE AS "
     "SELECT id, region, amount FROM sales WHERE amount >= 100",
 ]
-BAD_STATEMENT = "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 5 SECONDS AS DELETE FROM sales"
+BAD_STATEMENTS = [
+    # refused by the parser before anything is published
+    "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 5 SECONDS AS DELETE FROM sales",
+    # published, refused by the coordinator: only this task fails, with its code in `mvs status`
+    "CREATE MATERIALIZED VIEW returns_by_region REFRESH COMPLETE EVERY 5 SECONDS AS "
+    "SELECT region, count(*) AS n FROM returns GROUP BY region",
+]
 QUERIES = {
     "sales_by_region": "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region",
     "big_sales": "SELECT id, region, amount FROM sales WHERE amount >= 100",
@@ -106,9 +113,13 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         create_table(spark, settings, "sales", _rows(0, 20, rng), "id BIGINT, region STRING, amount BIGINT")
         next_id = 20
         client = MvsClient(settings, issued_by="demo")
-        for statement in [*STATEMENTS, BAD_STATEMENT]:
+        for statement in [*STATEMENTS, *BAD_STATEMENTS]:
             print(f"mvs sql {statement!r}")
-            result = client.execute(statement, timeout_s=60)
+            try:
+                result = client.execute(statement, timeout_s=60)
+            except DdlError as exc:
+                print(f"   → ERROR 1001 (not published): {exc}")
+                continue
             assert result is not None
             print(
                 "   →",
@@ -148,6 +159,7 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         from workers.status import history_table
 
         print(history_table(client.history(limit=8)))
+        client.close()
         print(f"\ndemo finished in {time.monotonic() - started:.1f}s", flush=True)
         return 0 if ok else 1
     finally:

@@ -105,3 +105,24 @@ def history_table(runs: list[Record]) -> str:
     ]
     headers = ["TASK", "RUN", "EPOCH", "TRIGGER", "STATE", "STARTED", "TOOK", "ROWS", "WATERMARK", "MESSAGE"]
     return table(headers, rows) if rows else "no runs"
+
+
+def ddl_table(entries: list[Record]) -> str:
+    def outcome(answer: Record | None) -> str:
+        if answer is None:
+            return "pending"
+        if answer["accepted"]:
+            return "OK"
+        return f"ERROR {answer['error']['code']}: {answer['error']['message']}"
+
+    rows = [
+        [
+            time.strftime("%H:%M:%S", time.localtime(e["at"] / 1000)),
+            e["action"],
+            e["name"],
+            e["issued_by"],
+            outcome(e["answer"]),
+        ]
+        for e in entries
+    ]
+    return table(["AT", "ACTION", "NAME", "BY", "OUTCOME"], rows) if rows else "no DDL"
