@@ -71,26 +71,23 @@ def _result(event: Record, task_id: str | None, ctx: Context, error: Record | No
     }
 
 
-def _manager_command(kind: str, task: Record, ctx: Context, *, include_task: bool = True) -> Record:
+def _command(kind: str, task_id: str, epoch: int, ctx: Context) -> Record:
+    """What every command carries: an id, the sender's coordinator epoch, and the task epoch it is for."""
     return {
         "command_id": uuid.uuid4().hex,
         "coordinator_epoch": ctx.coordinator_epoch,
         "kind": kind,
-        "task_id": task["task_id"],
-        "epoch": task["epoch"],
-        "task": task if include_task else None,
+        "task_id": task_id,
+        "epoch": epoch,
     }
+
+
+def _manager_command(kind: str, task: Record, ctx: Context, *, include_task: bool = True) -> Record:
+    return {**_command(kind, task["task_id"], task["epoch"], ctx), "task": task if include_task else None}
 
 
 def maintainer_command(kind: str, task: Record, ctx: Context, safepoint: int | None = None) -> Record:
-    return {
-        "command_id": uuid.uuid4().hex,
-        "coordinator_epoch": ctx.coordinator_epoch,
-        "kind": kind,
-        "task_id": task["task_id"],
-        "epoch": task["epoch"],
-        "safepoint": safepoint,
-    }
+    return {**_command(kind, task["task_id"], task["epoch"], ctx), "safepoint": safepoint}
 
 
 def new_task(
@@ -353,14 +350,4 @@ def restart_silent_tasks(
 
 def bootstrap_commands(partitions: int, ctx: Context) -> list[Record]:
     """One BOOTSTRAP per manager partition, so every live manager answers with a full snapshot."""
-    return [
-        {
-            "command_id": uuid.uuid4().hex,
-            "coordinator_epoch": ctx.coordinator_epoch,
-            "kind": "BOOTSTRAP",
-            "task_id": f"__bootstrap__/{p}",
-            "epoch": 0,
-            "task": None,
-        }
-        for p in range(partitions)
-    ]
+    return [{**_command("BOOTSTRAP", f"__bootstrap__/{p}", 0, ctx), "task": None} for p in range(partitions)]

@@ -11,7 +11,6 @@ exactly once even across a failover.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from workers.catalog.store import restore_catalog
@@ -26,6 +25,7 @@ from workers.coordinator.handlers import (
     restart_silent_tasks,
 )
 from workers.kafka.typed import Message, TypedConsumer, TypedProducer
+from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.topics import topic_spec
 from workers.warehouse import table_exists
@@ -33,7 +33,7 @@ from workers.warehouse import table_exists
 log = logging.getLogger(__name__)
 
 
-class Coordinator:
+class Coordinator(LoopRole):
     def __init__(
         self,
         settings: Settings,
@@ -185,14 +185,6 @@ class Coordinator:
                 self.tasks.pop(task_id, None)
             else:
                 self.tasks[task_id] = task
-
-    def run(self, stop: threading.Event) -> None:
-        self.start()
-        try:
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
 
     def close(self) -> None:
         self._ddl.close()

@@ -19,6 +19,7 @@ from typing import Any
 from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.kafka.typed import Message, TypedConsumer, TypedProducer
+from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
@@ -33,7 +34,7 @@ RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
 
 
-class Manager:
+class Manager(LoopRole):
     def __init__(
         self,
         settings: Settings,
@@ -277,14 +278,6 @@ class Manager:
                     self.add_task(task, partition)
             for task_id in [t for t, p in self.partition_of.items() if p == partition and t not in catalog]:
                 self._remove(task_id, drop_data=False)
-
-    def run(self, stop: threading.Event) -> None:
-        self.start()
-        try:
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
 
     def close(self) -> None:
         """Leave the group cleanly: revocation stops every maintainer before the partitions go."""
