@@ -121,19 +121,26 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_metrics(args: argparse.Namespace) -> None:
+    """``--metrics-port N``: Prometheus metrics of this process on http://0.0.0.0:N/metrics."""
+    if args.metrics_port:
+        from workers.sched.metrics import serve_metrics
+
+        serve_metrics(args.metrics_port)
+
+
 def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from workers.coordinator.service import Coordinator
 
+    _serve_metrics(args)
     Coordinator(settings).run(_stop_event())
     return 0
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from workers.sched.metrics import serve_metrics
     from workers.worker.manager import Manager
 
-    if args.metrics_port:
-        serve_metrics(args.metrics_port)
+    _serve_metrics(args)
     Manager(settings, pollers=args.pollers).run(_stop_event())
     return 0
 
@@ -175,9 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("topic", help="logical topic name, e.g. ddl, catalog, runs, dlq")
     tail.add_argument("--from-beginning", action="store_true")
     tail.set_defaults(func=cmd_tail)
-    sub.add_parser("coordinator", help="run a coordinator").set_defaults(func=cmd_coordinator)
+    coordinator = sub.add_parser("coordinator", help="run a coordinator")
+    coordinator.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics")
+    coordinator.set_defaults(func=cmd_coordinator)
     worker = sub.add_parser("worker", help="run a worker (manager + maintainers + Spark)")
-    worker.add_argument("--metrics-port", type=int, default=0)
+    worker.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics")
     worker.add_argument("--pollers", type=int, default=0, help="maintainer poller threads (0: loop thread)")
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("broker", help="run the embedded Kafka broker").set_defaults(func=cmd_broker)

@@ -9,6 +9,12 @@ in docker compose, or against an existing cluster:
 - ``MVS_NAMESPACE``: prefix of every topic and consumer group (default ``mvs``).
 - ``MVS_WAREHOUSE``: folder or URI holding the Delta tables (default ``./warehouse``).
 - ``MVS_SPARK_MASTER``: Spark master URL (default ``local[2]``).
+- ``MVS_GROUP_PROTOCOL``: ``classic`` (default, cooperative-sticky) or ``consumer`` (KIP-848).
+- ``MVS_SESSION_TIMEOUT_MS``: consumer-group session timeout, i.e. how long a dead worker keeps
+  its tasks (default 6000; 0 leaves Kafka's defaults: 45 s, client-side for ``classic``,
+  the broker's group config for ``consumer``).
+- ``MVS_WORKER_ID``: this process's name in heartbeats and run history (default host-pid-random;
+  must be unique per process: a new owner is recognised by a new id).
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class Settings:
             warehouse=env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse")),
             spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
+            session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
+            worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -435,3 +435,58 @@ def test_callback_errors_do_not_break_the_executor(one_slot: BoundedExecutor) ->
     again.release.set()
     assert one_slot.submit("a", again, priority=0) is ACCEPTED
     assert again.started.wait(WAIT)
+
+
+def test_pool_threads_are_reused_and_leave_at_shutdown(clock: ManualClock) -> None:
+    ex = BoundedExecutor(2, 8, clock=clock, name="pool", watchdog=False)
+    threads: set[int] = set()
+
+    def body(token: CancelToken) -> object:
+        threads.add(threading.get_ident())
+        return None
+
+    for i in range(50):
+        assert ex.submit(f"k{i % 5}", body, priority=0) in (ACCEPTED, COALESCED)
+        assert ex.wait_idle(timeout_s=WAIT)
+    assert 1 <= len(threads) <= 3  # not a thread per run (the finishing thread may hand over once)
+    assert ex.shutdown(timeout_s=WAIT)
+    gone = threading.Event()
+    for _ in range(int(WAIT / 0.01)):
+        if not [t for t in threading.enumerate() if t.name.startswith("pool-worker-")]:
+            gone.set()
+            break
+        gone.wait(0.01)
+    assert gone.is_set(), "idle pool threads outlived the shutdown"
+
+
+def test_a_stuck_timed_out_body_keeps_its_thread_but_not_its_slot(clock: ManualClock) -> None:
+    ex = BoundedExecutor(1, 4, clock=clock, watchdog=False)
+    stuck = Gate()
+    ex.submit("stuck", stuck, priority=0, timeout_s=5.0)
+    assert stuck.started.wait(WAIT)
+    clock.advance(5.0)
+    assert ex.check_timeouts() == ["stuck"]
+    after = Gate()
+    after.release.set()
+    assert ex.submit("next", after, priority=0) is ACCEPTED
+    assert after.started.wait(WAIT)  # on another thread: the stuck one is still in its body
+    assert ex.metrics().zombies == 1
+    stuck.release.set()
+    assert ex.wait_idle(timeout_s=WAIT) and ex.metrics().zombies == 0
+    assert ex.shutdown(timeout_s=WAIT)
+
+
+def test_promote_raises_a_queued_run_only(one_slot: BoundedExecutor) -> None:
+    order: list[str] = []
+    blocker = Gate()
+    one_slot.submit("blocker", blocker, priority=0)
+    assert blocker.started.wait(WAIT)
+    for key in ("a", "b"):
+        one_slot.submit(key, lambda token, key=key: order.append(key), priority=Priority.PERIODIC)
+    assert not one_slot.promote("blocker", Priority.URGENT)  # started: nothing to promote
+    assert not one_slot.promote("never", Priority.URGENT)
+    assert one_slot.promote("b", Priority.URGENT)
+    assert one_slot.promote("a", Priority.PURGE)  # queued, but a lower priority changes nothing
+    blocker.release.set()
+    assert one_slot.wait_idle(timeout_s=WAIT)
+    assert order == ["b", "a"]

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
 from workers.sched.metrics import SchedMetrics, process_metrics, serve_metrics
-from workers.sched.runs import CancelToken, SubmitStatus
+from workers.sched.runs import CancelToken, SubmitStatus, TaskGauges
 
 WAIT = 5.0
 
@@ -40,28 +40,41 @@ def test_executor_numbers_are_read_at_scrape_time() -> None:
     assert ex.wait_idle(timeout_s=WAIT)
     assert value("mvs_sched_completed_total") == 1
     assert value("mvs_sched_running") == 0
-    metrics.untrack_executor("refresh")
+    newer = BoundedExecutor(1, 1, clock=ManualClock(), name="refresh", watchdog=False)
+    metrics.track_executor(newer)
+    metrics.untrack_executor(ex)  # an older executor of the same name leaving keeps the newer one
+    assert value("mvs_sched_completed_total") == 0
+    metrics.untrack_executor(newer)
     assert value("mvs_sched_completed_total") is None
     ex.shutdown()
+    newer.shutdown()
 
 
-def test_per_task_gauges_and_skips() -> None:
+def test_per_task_gauges_are_read_at_scrape_time_and_skips_counted() -> None:
     metrics = SchedMetrics(CollectorRegistry())
-    metrics.observe_task("mv:a", lag_s=12.5, next_run_in_s=-3.0)
+    now = [0.0]
+    # A source as the manager registers it: computed from the current time on every scrape.
+    metrics.track_tasks(
+        "w1",
+        lambda: [TaskGauges("mv:a", 10.0 + now[0], 5.0 - now[0]), TaskGauges("mvlog:t", None, None)],
+    )
     metrics.record_skip()
     metrics.record_skip()
     reg = metrics.registry
-    assert reg.get_sample_value("mvs_mv_lag_seconds", {"task_id": "mv:a"}) == 12.5
+    assert reg.get_sample_value("mvs_mv_lag_seconds", {"task_id": "mv:a"}) == 10.0
+    assert reg.get_sample_value("mvs_task_next_run_seconds", {"task_id": "mv:a"}) == 5.0
+    now[0] = 8.0
+    assert reg.get_sample_value("mvs_mv_lag_seconds", {"task_id": "mv:a"}) == 18.0
     assert reg.get_sample_value("mvs_task_next_run_seconds", {"task_id": "mv:a"}) == 0.0  # overdue: 0
+    assert reg.get_sample_value("mvs_task_next_run_seconds", {"task_id": "mvlog:t"}) is None
     assert reg.get_sample_value("mvs_sched_skipped_total", {"reason": "no_change"}) == 2
-    metrics.forget_task("mv:a")
-    metrics.forget_task("mv:never")
+    metrics.untrack_tasks("w1")
     assert reg.get_sample_value("mvs_mv_lag_seconds", {"task_id": "mv:a"}) is None
 
 
 def test_process_metrics_is_one_instance_and_served_over_http() -> None:
     assert process_metrics() is process_metrics()
-    process_metrics().observe_task("mv:served", lag_s=1.0)
+    process_metrics().track_tasks("served", lambda: [TaskGauges("mv:served", 1.0, None)])
     server, thread = serve_metrics(0, addr="127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=WAIT) as resp:
@@ -71,4 +84,4 @@ def test_process_metrics_is_one_instance_and_served_over_http() -> None:
         server.shutdown()
         server.server_close()
         thread.join(WAIT)
-        process_metrics().forget_task("mv:served")
+        process_metrics().untrack_tasks("served")

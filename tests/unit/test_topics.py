@@ -14,7 +14,7 @@ from workers.kafka.admin import replication_factor
 from workers.kafka.clients import consumer_config, producer_config
 from workers.kafka.errors import BusError, is_transient
 from workers.kafka.messages import murmur2, partition_for
-from workers.kafka.retry import RetryPolicy
+from workers.kafka.retry import kafka_policy
 from workers.topics import OWNERSHIP_TOPICS, TopicConfigError, load_topics, logical_name, topic_spec, topics
 
 EXPECTED = {
@@ -122,7 +122,7 @@ def test_murmur2_matches_java(key: str, java: int) -> None:
 
 def test_retry_policy_retries_transient_errors_only() -> None:
     sleeps: list[float] = []
-    policy = RetryPolicy("test", attempts=4, initial_s=0.1, max_s=0.3).with_sleep(sleeps.append)
+    policy = kafka_policy("test", attempts=4, initial_s=0.1, max_s=0.3).with_sleep(sleeps.append)
     calls = iter([BusError("down", retriable=True), TimeoutError("slow"), None])
 
     def flaky() -> str:

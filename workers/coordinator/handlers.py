@@ -284,7 +284,9 @@ def handle_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Contex
         if task is None or status["epoch"] != task["epoch"]:
             continue  # a removed task, or a report from before the latest (re)start: stale
         updated = dict(task)
-        moved = task["owner"] is not None and task["owner"] != heartbeat["worker_id"]
+        # A status from a worker the task was not issued to is a claim (new, restarted or moved
+        # task): that worker waits for an epoch naming it before it runs anything.
+        moved = task["owner"] != heartbeat["worker_id"]
         updated["owner"] = heartbeat["worker_id"]
         updated["last_run"] = status["last_run"] or task["last_run"]
         updated["next_run_at"] = status["next_run_at"]
@@ -297,7 +299,7 @@ def handle_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Contex
             updated["state"] = status["state"]
             updated["error"] = status["error"]
         if moved:
-            # A new owner: raise the epoch so anything the old owner still sends or commits is stale.
+            # A new owner: raise the epoch so anything an old owner still sends or commits is stale.
             updated["epoch"] = task["epoch"] + 1
             effects.manager.append(_manager_command("ADD_MAINTAINER", updated, ctx))
         comparable = ("owner", "last_run", "next_run_at", "checkpoint", "state", "error", "epoch")

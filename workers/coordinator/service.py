@@ -24,7 +24,8 @@ from workers.coordinator.handlers import (
     handle_heartbeat,
     restart_silent_tasks,
 )
-from workers.kafka.typed import Message, TypedConsumer, TypedProducer
+from workers.kafka.admin import configure_group
+from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.topics import topic_spec
@@ -57,6 +58,8 @@ class Coordinator(LoopRole):
 
     # -- election ---------------------------------------------------------------------------------
     def start(self) -> None:
+        # KIP-848: how fast a standby takes over is the group's (broker-side) session timeout.
+        configure_group(self.settings, self.settings.group("coordinator"))
         self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _on_assign(self, partitions: list[tuple[str, int]]) -> None:
@@ -80,11 +83,17 @@ class Coordinator(LoopRole):
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         if ("ddl", 0) not in partitions or not self.active:
             return
+        self._stand_by()
+
+    def _stand_by(self, *, fenced: bool = False) -> None:
         self.active = False
+        self._pending = Effects()
         self._heartbeats.unassign("coordinator", [0])
-        if self._producer is not None:
-            self._producer.close()
-            self._producer = None
+        producer, self._producer = self._producer, None
+        if producer is not None and not fenced:
+            producer.close()
+        # A fenced producer is dropped unflushed: its transaction is void anyway, and librdkafka's
+        # flush on a fatally failed producer raises SystemError.
         log.info("coordinator standing by")
 
     # -- loop -------------------------------------------------------------------------------------
@@ -96,6 +105,23 @@ class Coordinator(LoopRole):
         )
 
     def step(self, timeout_s: float = 0.2) -> None:
+        try:
+            self._step(timeout_s)
+        except BusError as exc:
+            if not self.active:
+                raise
+            if exc.fenced or exc.fatal:
+                # Another coordinator took over (its transactional.id fenced ours): nothing of this
+                # transaction was applied. Stand by; the group revokes the DDL partition from us.
+                log.warning("coordinator fenced, standing by: %s", exc)
+                self._stand_by(fenced=True)
+                return
+            # The transaction was aborted: redo from the last committed DDL offset. Heartbeat effects
+            # that were in it are derived again from the next heartbeats (self.tasks is unchanged).
+            log.warning("coordinator transaction failed, retrying from the committed DDL offset: %s", exc)
+            self._ddl.seek_to_committed()
+
+    def _step(self, timeout_s: float) -> None:
         message = self._ddl.poll(timeout_s)
         if message is not None and self.active:
             self._apply_ddl(message)
@@ -110,7 +136,11 @@ class Coordinator(LoopRole):
                 effects = handle_heartbeat(heartbeat.value, self._view(), self.context())
                 self._pending.merge(effects)
         self._check_liveness()
-        if self._pending and self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s:
+        # Catalog-only updates (checkpoints, last runs) are batched; commands — an epoch raised for a
+        # new owner, a restart — go out at once: a moved task waits for them (failover latency).
+        commands = self._pending.manager or self._pending.maintainer
+        due = self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s
+        if self._pending and (commands or due):
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()

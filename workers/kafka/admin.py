@@ -221,8 +221,9 @@ def describe(settings: Settings, *, retry: RetryPolicy = ADMIN_RETRY) -> list[To
 def configure_group(settings: Settings, group_id: str, *, retry: RetryPolicy = ADMIN_RETRY) -> None:
     """With ``group.protocol=consumer`` the session timeout is a broker-side group config:
     set it (and the heartbeat interval) from ``Settings`` so failover is as fast as with the
-    classic protocol. A no-op for the classic protocol, whose clients set it themselves."""
-    if settings.group_protocol != "consumer":
+    classic protocol. A no-op for the classic protocol, whose clients set it themselves, and with
+    ``session_timeout_ms=0`` (the broker's group defaults stand)."""
+    if settings.group_protocol != "consumer" or settings.session_timeout_ms <= 0:
         return
     session = settings.session_timeout_ms
     entries = [

@@ -80,8 +80,9 @@ def consumer_config(
     if settings.group_protocol == "classic":
         # Incremental rebalances: a worker keeps its other tasks while one partition moves.
         config["partition.assignment.strategy"] = "cooperative-sticky"
-        config["session.timeout.ms"] = str(settings.session_timeout_ms)
-        config["heartbeat.interval.ms"] = str(max(100, settings.session_timeout_ms // 3))
+        if settings.session_timeout_ms > 0:  # 0: librdkafka's defaults (45 s / 3 s)
+            config["session.timeout.ms"] = str(settings.session_timeout_ms)
+            config["heartbeat.interval.ms"] = str(max(100, settings.session_timeout_ms // 3))
     # group.protocol=consumer (KIP-848): assignor, session timeout and heartbeat are broker-side.
     return {**config, **(extra or {})}
 

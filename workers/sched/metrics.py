@@ -1,25 +1,28 @@
 """Prometheus metrics of the scheduling layer, on a registry of their own (one per process).
 
 Executor numbers are read from ``BoundedExecutor.metrics()`` at scrape time (a custom
-collector), so they are never counted twice and need no calls on the hot path. Per-MV gauges
-(data lag, time to next run) and the skip counter are set by the maintainer.
+collector), so they are never counted twice and need no calls on the hot path. Per-task gauges
+(data lag, time to next run) are read at scrape time too, from a source the manager registers
+(its maintainers' ``gauges()``): a gauge set when the schedule changed would be stale a second
+later. The skip counter is incremented by the maintainer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from workers.sched.runs import ExecutorMetrics
+from workers.sched.runs import ExecutorMetrics, TaskGauges
+
+__all__ = ["PREFIX", "MeteredExecutor", "SchedMetrics", "TaskGauges", "process_metrics", "serve_metrics"]
 
 PREFIX = "mvs_sched"
 _COUNTERS = ("submitted", "completed", "failed", "timeout", "rejected", "canceled", "coalesced")
@@ -43,9 +46,10 @@ class _ExecutorCollector:
         with self._lock:
             self._executors[executor.name] = executor
 
-    def untrack(self, name: str) -> None:
+    def untrack(self, executor: MeteredExecutor) -> None:
         with self._lock:
-            self._executors.pop(name, None)
+            if self._executors.get(executor.name) is executor:  # not a later one of the same name
+                del self._executors[executor.name]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -62,6 +66,39 @@ class _ExecutorCollector:
             yield family_g
 
 
+TaskSource = Callable[[], Iterable[TaskGauges]]
+
+
+class _TaskCollector:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sources: dict[str, TaskSource] = {}
+
+    def track(self, name: str, source: TaskSource) -> None:
+        with self._lock:
+            self._sources[name] = source
+
+    def untrack(self, name: str) -> None:
+        with self._lock:
+            self._sources.pop(name, None)
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            sources = list(self._sources.values())
+        lag = GaugeMetricFamily("mvs_mv_lag_seconds", "Age of the data an MV reflects", labels=["task_id"])
+        next_run = GaugeMetricFamily(
+            "mvs_task_next_run_seconds", "Seconds until the task's next run (0: due)", labels=["task_id"]
+        )
+        for source in sources:
+            for gauges in source():
+                if gauges.lag_s is not None:
+                    lag.add_metric([gauges.task_id], gauges.lag_s)
+                if gauges.next_run_in_s is not None:
+                    next_run.add_metric([gauges.task_id], max(0.0, gauges.next_run_in_s))
+        yield lag
+        yield next_run
+
+
 class SchedMetrics:
     """The scheduling metrics of one process; tests build their own on a fresh registry."""
 
@@ -69,16 +106,12 @@ class SchedMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._executors = _ExecutorCollector()
         self.registry.register(self._executors)
+        self._tasks = _TaskCollector()
+        self.registry.register(self._tasks)
         self.skipped = Counter(
-            f"{PREFIX}_skipped", "Runs skipped (no base-table change…)", ["reason"], registry=self.registry
-        )
-        self.lag_seconds = Gauge(
-            "mvs_mv_lag_seconds", "Age of the data an MV reflects", ["task_id"], registry=self.registry
-        )
-        self.next_run_seconds = Gauge(
-            "mvs_task_next_run_seconds",
-            "Seconds until the task's next run",
-            ["task_id"],
+            f"{PREFIX}_skipped",
+            "Due runs that ran no job (base tables unchanged, or the result already applied)",
+            ["reason"],
             registry=self.registry,
         )
 
@@ -86,26 +119,23 @@ class SchedMetrics:
         """Export ``executor.metrics()`` under ``pool=executor.name`` (replaces one of that name)."""
         self._executors.track(executor)
 
-    def untrack_executor(self, name: str) -> None:
-        self._executors.untrack(name)
+    def untrack_executor(self, executor: MeteredExecutor) -> None:
+        """Stop exporting ``executor`` (a later executor tracked under its name stays)."""
+        self._executors.untrack(executor)
+
+    def track_tasks(self, name: str, source: TaskSource) -> None:
+        """Export, at every scrape, the gauges ``source()`` returns (one source per ``name``).
+
+        ``source`` runs on the scrape thread: it must only read, quickly.
+        """
+        self._tasks.track(name, source)
+
+    def untrack_tasks(self, name: str) -> None:
+        """Drop a source; its tasks' series disappear from the next scrape."""
+        self._tasks.untrack(name)
 
     def record_skip(self, reason: str = "no_change") -> None:
         self.skipped.labels(reason).inc()
-
-    def observe_task(
-        self, task_id: str, *, lag_s: float | None = None, next_run_in_s: float | None = None
-    ) -> None:
-        """Set a task's gauges; None leaves one untouched."""
-        if lag_s is not None:
-            self.lag_seconds.labels(task_id).set(lag_s)
-        if next_run_in_s is not None:
-            self.next_run_seconds.labels(task_id).set(max(0.0, next_run_in_s))
-
-    def forget_task(self, task_id: str) -> None:
-        """Drop a task's series (it was removed or moved to another worker)."""
-        for gauge in (self.lag_seconds, self.next_run_seconds):
-            with contextlib.suppress(KeyError):  # never observed
-                gauge.remove(task_id)
 
 
 _process_lock = threading.Lock()

@@ -1,8 +1,9 @@
 """Retry policies (exponential backoff with jitter, capped) built on tenacity's wait objects.
 
-``RetryPolicy.delay`` is the pure function the maintainer uses to reschedule a failed refresh
-(seed 000 §8.3: base 5 s, doubling, cap 5 min); ``retrying`` is the blocking form for client
-calls (Kafka admin), with an injectable sleep and a stop event that interrupts the sleep.
+One concept for every retry in mvs: ``RetryPolicy.delay`` is the pure function the maintainer
+uses to reschedule a failed refresh (seed 000 §8.3: base 5 s, doubling, cap 5 min);
+``RetryPolicy.call`` / ``retrying`` are the blocking form for client calls (the Kafka package's
+named policies), with an injectable sleep and a stop event that interrupts the sleep.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import tenacity
 from tenacity.wait import wait_base, wait_exponential
@@ -19,6 +21,7 @@ from tenacity.wait import wait_base, wait_exponential
 from workers.catalog.errors import is_retryable as is_retryable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # Which error codes a retry can fix is decided once, with the codes (workers/catalog/errors.py).
@@ -53,7 +56,12 @@ class RetryInterrupted(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``delay(n) = min(cap, base * factor**(n-1) + U(0, jitter))`` after the n-th failure."""
+    """``delay(n) = min(cap, base * factor**(n-1) + U(0, jitter))`` after the n-th failure.
+
+    ``retry_on``, ``sleep`` and ``log_level`` only matter to the blocking form (``call``):
+    which errors are worth another attempt (default: every ``Exception``), how to wait (default
+    ``time.sleep``; tests inject a recorder), and how loudly to log each retry.
+    """
 
     name: str
     base_s: float = 5.0
@@ -61,6 +69,9 @@ class RetryPolicy:
     cap_s: float = 300.0
     jitter_s: float = 1.0
     max_attempts: int | None = 8
+    retry_on: Callable[[BaseException], bool] | None = field(default=None, compare=False)
+    sleep: Callable[[float], None] | None = field(default=None, compare=False)
+    log_level: int = logging.WARNING  # DEBUG for policies that wait for an expected state
 
     def __post_init__(self) -> None:
         if self.base_s < 0 or self.cap_s < self.base_s or self.factor < 1 or self.jitter_s < 0:
@@ -85,6 +96,15 @@ class RetryPolicy:
         """True once ``attempt`` failed attempts used up the budget (never when unlimited)."""
         return self.max_attempts is not None and attempt >= self.max_attempts
 
+    def with_sleep(self, sleep: Callable[[float], None]) -> RetryPolicy:
+        """The same policy waiting with ``sleep`` (tests pass ``list.append``: no real waiting)."""
+        return replace(self, sleep=sleep)
+
+    def call(self, fn: Callable[[], T], *, stop_event: threading.Event | None = None) -> T:
+        """``fn()``, retried per this policy; the last error is re-raised when attempts run out."""
+        result: T = retrying(self, stop_event=stop_event)(fn)
+        return result
+
 
 # RetryCallState wants an owner; delay() never runs it.
 _STATE_OWNER = tenacity.Retrying()
@@ -107,8 +127,9 @@ def retrying(
 
     Use as ``retrying(CLIENT_RETRY, stop_event=ev)(fn, *args)`` or
     ``for attempt in retrying(...): with attempt: ...``. Retries exceptions for which
-    ``retry_on`` is true (default: every ``Exception``), up to ``policy.max_attempts`` attempts,
-    then re-raises the last error itself (not ``tenacity.RetryError``).
+    ``retry_on`` (default ``policy.retry_on``, else every ``Exception``) is true, up to
+    ``policy.max_attempts`` attempts, then re-raises the last error itself (not
+    ``tenacity.RetryError``). ``sleep`` defaults to ``policy.sleep``.
 
     The sleep between attempts is ``stop_event.wait`` when a stop event is given (so setting
     it ends the wait at once), else ``sleep`` or ``time.sleep``. If the event is set before or
@@ -116,9 +137,18 @@ def retrying(
     error. An injected ``sleep`` is still called, then the event is checked.
     """
     last_error: list[BaseException | None] = [None]
+    sleep = sleep if sleep is not None else policy.sleep
+    retry_on = retry_on if retry_on is not None else policy.retry_on
 
     def remember(state: tenacity.RetryCallState) -> None:
         last_error[0] = state.outcome.exception() if state.outcome is not None else None
+        log.log(
+            policy.log_level,
+            "%s: attempt %d failed (%s); retrying",
+            policy.name,
+            state.attempt_number,
+            last_error[0],
+        )
 
     def interruptible_sleep(seconds: float) -> None:
         if stop_event is not None and stop_event.is_set():

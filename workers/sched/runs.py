@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import NamedTuple
 
 
 class Priority(IntEnum):
@@ -91,3 +92,11 @@ class ExecutorMetrics:
     zombies: int = 0  # timed-out bodies that have not returned yet (hold no slot)
     max_concurrency: int = 0
     queue_size: int = 0
+
+
+class TaskGauges(NamedTuple):
+    """One task's per-task gauges at scrape time; None leaves a series out."""
+
+    task_id: str
+    lag_s: float | None  # age of the data an MV reflects (None: not an MV, or never refreshed here)
+    next_run_in_s: float | None  # None: nothing scheduled (ON DEMAND, paused, failed, running)

@@ -3,30 +3,43 @@
 Only the maintainer changes its task's schedule, retry count and run state (seed 000 risk 3):
 the manager and the executor reach it by sending messages. It never publishes; it appends
 the records to send to its manager's outbox, and the manager's loop publishes them.
+
+A run's life in the history (seed 001): PENDING when handed to the executor, RUNNING when its
+body starts, then COMPLETED / SKIPPED / ERROR / CANCELED. A due refresh whose base tables are
+still at the versions the MV reflects runs no job: it is recorded SKIPPED ("skipped: no change"),
+except the polls of an ON CHANGE task, which look again silently.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
 from workers.jobs.errors import RunCancelled
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
-from workers.sched.executor import BoundedExecutor, Priority, RunOutcome, SubmitStatus
+from workers.sched.executor import BoundedExecutor, CancelToken, Priority, RunOutcome, SubmitStatus
 from workers.sched.retry import REFRESH_RETRY, RetryPolicy
-from workers.sched.triggers import next_refresh_due
+from workers.sched.runs import TaskGauges
+from workers.sched.triggers import EVERY, MIN_RUN_SPACING_S, ON_CHANGE, data_lag_s, next_refresh_due
 from workers.worker.runner import Runner, RunResult
+
+if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only calls it
+    from workers.sched.metrics import SchedMetrics
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
-ON_CHANGE_POLL_S = 1.0
 REJECTED_RETRY_S = 1.0
+SCHEDULE, MANUAL = "SCHEDULE", "MANUAL"  # RunRecord.trigger: the clock, or a REFRESH_NOW command
+_URGENCY = {MANUAL: 0, SCHEDULE: 1}  # which trigger a coalesced re-run keeps
+# Reasons of validate_next_due that mean a bug or a bad record (not just "due now"): worth a warning.
+_INVALID_DUE = frozenset({"missing", "nan", "zero", "too_far"})
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -46,6 +59,12 @@ class Update:
 
 
 @dataclass(frozen=True)
+class RunStarted:
+    run: RunContext
+    started: float  # scheduling clock, when the body began
+
+
+@dataclass(frozen=True)
 class RunFinished:
     run: RunContext
     outcome: RunOutcome
@@ -61,7 +80,7 @@ class RunContext:
     run_id: str
     epoch: int
     trigger: str
-    started_ms: int
+    queued_ms: int  # wall clock at submission; the RUNNING record carries the real start
     watermark_before: dict[str, int]
 
     @property
@@ -83,6 +102,8 @@ class MaintainerEnv:
     status_changed: Callable[[str], None]
     run_timeout_s: float = 600.0
     retry: RetryPolicy = REFRESH_RETRY
+    metrics: SchedMetrics | None = None
+    rng: random.Random | None = None  # retry jitter; tests fix it
 
 
 @dataclass
@@ -90,14 +111,17 @@ class Maintainer:
     task: Record
     env: MaintainerEnv
     watermark: dict[str, int] = field(default_factory=dict)
-    watermark_epoch: int | None = None
+    watermark_epoch: int | None = None  # the epoch whose run produced ``watermark`` (None: restored)
     last_run: Record | None = None
     error: Record | None = None
-    attempt: int = 0
+    attempt: int = 0  # consecutive failed runs
     running: RunContext | None = None
-    rerun_requested: bool = False
+    pending_trigger: str | None = None  # a trigger that arrived while running: one more run after it
     safepoint: int | None = None
     stopped: bool = False
+    last_started: float | None = None  # scheduling clock: last run start, or last no-change decision
+    data_time: float | None = None  # scheduling clock: the MV's content is current as of this time
+    last_duration: float | None = None  # of the last successful run (TARGET_LAG's margin)
 
     def __post_init__(self) -> None:
         self.watermark = dict(self.task.get("checkpoint") or {})
@@ -123,11 +147,13 @@ class Maintainer:
     def handle(self, messages: list[Any]) -> None:
         for message in messages:
             if isinstance(message, Due):
-                self._on_due(trigger="SCHEDULE")
+                self._on_due(SCHEDULE)
             elif isinstance(message, Command):
                 self._on_command(message.record)
             elif isinstance(message, Update):
                 self._on_update(message.task)
+            elif isinstance(message, RunStarted):
+                self._on_run_started(message.run, message.started)
             elif isinstance(message, RunFinished):
                 self._on_run_finished(message.run, message.outcome)
             elif isinstance(message, Stop):
@@ -137,7 +163,15 @@ class Maintainer:
         if not self.runnable:
             return
         if self.running is not None:
-            self.rerun_requested = True
+            if self.env.executor.promote(self.task_id, self._priority(trigger)):
+                # Not started yet: the queued run reads the base tables when it starts, so it
+                # serves this trigger too, now at the more urgent priority.
+                if _URGENCY[trigger] < _URGENCY[self.running.trigger]:
+                    self.running = replace(self.running, trigger=trigger)
+                return
+            # Started: however many triggers arrive during a run, exactly one more run follows it.
+            if self.pending_trigger is None or _URGENCY[trigger] < _URGENCY[self.pending_trigger]:
+                self.pending_trigger = trigger
             return
         self._start_run(trigger)
 
@@ -153,8 +187,9 @@ class Maintainer:
             return
         kind = command["kind"]
         if kind == "REFRESH_NOW":
-            self._on_due(trigger="MANUAL")
+            self._on_due(MANUAL)
         elif kind == "CANCEL_RUN":
+            self.pending_trigger = None
             if self.running is not None:
                 self.env.executor.cancel(self.task_id)
         elif kind == "SAFEPOINT":
@@ -167,68 +202,75 @@ class Maintainer:
         self.attempt = 0
         self.error = task.get("error")
         self.safepoint = task.get("safepoint", self.safepoint)
+        self.pending_trigger = None
         if self.running is not None:
             self.env.executor.cancel(self.task_id)  # the old epoch's run is superseded
         if self.runnable:
-            self._schedule_at(self.env.clock.monotonic())
+            self._schedule_at(self.env.clock.monotonic())  # the new epoch runs at once (after the old run)
         else:
             self.env.due.remove(self.task_id)
         self.env.status_changed(self.task_id)
 
     def _on_stop(self) -> None:
         self.stopped = True
+        self.pending_trigger = None
         self.env.due.remove(self.task_id)
         if self.running is not None:
             self.env.executor.cancel(self.task_id)
 
     # -- runs --------------------------------------------------------------------------------------
     def _start_run(self, trigger: str) -> None:
-        now_ms = self.env.clock.wall_ms()
-        run = RunContext(uuid.uuid4().hex[:16], self.task["epoch"], trigger, now_ms, dict(self.watermark))
+        now = self.env.clock.monotonic()
+        run_id, wall_ms = uuid.uuid4().hex[:16], self.env.clock.wall_ms()
+        run = RunContext(run_id, self.task["epoch"], trigger, wall_ms, dict(self.watermark))
         if self.task["kind"] == "MV" and self._unchanged():
-            if not (trigger == "SCHEDULE" and self._trigger_kind() == "ON_CHANGE"):
-                # A due refresh with nothing new: history says so; an ON CHANGE poll just looks again.
+            # The MV reflects the base tables as they are now: fresh as of now, nothing to run.
+            self.last_started = self.data_time = now
+            silent = trigger == SCHEDULE and self._trigger_kind() == ON_CHANGE
+            if not silent:  # an ON CHANGE poll just looks again; any other due refresh says so
                 self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message="skipped: no change")
-            self._schedule_next(started=self.env.clock.monotonic())
+                if self.env.metrics is not None:
+                    self.env.metrics.record_skip("no_change")
+            self._schedule_next(notify=not silent)
             return
         task, safepoint = dict(self.task), self.safepoint
-        runner = self.env.runner
+        runner, clock, send = self.env.runner, self.env.clock, self.env.send_to_self
+        task_id = self.task_id
 
-        def body(_token: object) -> RunResult:
+        def body(_token: CancelToken) -> RunResult:
+            send(task_id, RunStarted(run, clock.monotonic()))
             if task["kind"] == "MV":
                 return runner.refresh(task, run_id=run.run_id, job_group=run.job_group)
             return runner.purge(task, safepoint=safepoint, run_id=run.run_id, job_group=run.job_group)
 
-        priority = self._priority(trigger)
         status = self.env.executor.submit(
-            self.task_id,
+            task_id,
             body,
-            priority=priority,
+            priority=self._priority(trigger),
             timeout_s=self.env.run_timeout_s,
-            on_done=lambda outcome: (
-                None if self.env.send_to_self(self.task_id, RunFinished(run, outcome)) else None
-            ),
+            on_done=lambda outcome: None if send(task_id, RunFinished(run, outcome)) else None,
             on_cancel=lambda: runner.cancel(run.job_group),
         )
         # COALESCED (the previous outcome is still being delivered) runs right after it, as ACCEPTED.
         if status is SubmitStatus.REJECTED:
-            self._record_run(run, "ERROR", message="rejected: the worker's run queue is full")
-            self._schedule_at(self.env.clock.monotonic() + REJECTED_RETRY_S)
+            # The worker's queue is full: not the task's fault, so no retry budget is spent.
+            self._record_run(run, "ERROR", message="rejected: the worker's run queue is full; retrying")
+            self._schedule_at(now + REJECTED_RETRY_S)
             return
         self.running = run
         self.env.due.remove(self.task_id)
-        self._record_run(run, "RUNNING")
+        self._record_run(run, "PENDING")
 
     def _trigger_kind(self) -> str:
-        return str(self.task["mv"]["trigger"]["kind"]) if self.task["kind"] == "MV" else "EVERY"
+        return str(self.task["mv"]["trigger"]["kind"]) if self.task["kind"] == "MV" else EVERY
 
     def _priority(self, trigger: str) -> Priority:
         """Asked-for runs first, then freshness-driven triggers, then periodic refreshes, purges last."""
-        if trigger == "MANUAL":
+        if trigger == MANUAL:
             return Priority.URGENT
         if self.task["kind"] == "MV_LOG":
             return Priority.PURGE
-        return Priority.CHANGE if self._trigger_kind() in ("ON_CHANGE", "TARGET_LAG") else Priority.PERIODIC
+        return Priority.CHANGE if self._trigger_kind() in (ON_CHANGE, "TARGET_LAG") else Priority.PERIODIC
 
     def _unchanged(self) -> bool:
         """True when the base tables are still at the versions the MV already reflects (no Spark job)."""
@@ -239,30 +281,48 @@ class Maintainer:
         except MvsError:
             return False  # let the run report the missing table
 
-    def _on_run_finished(self, run: RunContext, outcome: RunOutcome) -> None:
+    def _current(self, run: RunContext) -> RunContext | None:
+        """The maintainer's context of ``run`` (its trigger may have been raised), or None if stale."""
+        if self.running is None or self.running.run_id != run.run_id:
+            log.info("%s: ignoring news of run %s, not the current run", self.task_id, run.run_id)
+            return None
+        return self.running
+
+    def _on_run_started(self, run: RunContext, started: float) -> None:
+        current = self._current(run)
+        if current is not None:
+            self._record_run(current, "RUNNING", started_ms=self._wall_ms(started))
+
+    def _on_run_finished(self, message_run: RunContext, outcome: RunOutcome) -> None:
+        run = self._current(message_run)
+        if run is None:
+            return
         self.running = None
+        started_ms = self._wall_ms(outcome.started)
         result = outcome.result if isinstance(outcome.result, RunResult) else None
         if outcome.timed_out:
-            self._failed(
-                run,
-                MvsError(
-                    ErrorCode.STORAGE_UNAVAILABLE,
-                    f"run exceeded its timeout of {self.env.run_timeout_s:.0f}s and was cancelled",
-                ),
+            timeout = MvsError(
+                ErrorCode.STORAGE_UNAVAILABLE,
+                f"run exceeded its timeout of {self.env.run_timeout_s:g}s and was cancelled",
             )
+            self._failed(run, timeout, started_ms)
         elif outcome.canceled or isinstance(outcome.error, RunCancelled):
-            self._record_run(run, "CANCELED", message="cancelled")
+            self._record_run(run, "CANCELED", started_ms=started_ms, message="cancelled")
         elif outcome.error is not None:
             error = (
                 outcome.error
                 if isinstance(outcome.error, MvsError)
                 else MvsError(ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
             )
-            self._failed(run, error)
+            self._failed(run, error, started_ms)
         elif result is not None:
             if run.epoch == self.task["epoch"]:
                 self.watermark = dict(result.watermark_after)
                 self.watermark_epoch = run.epoch
+                # The run pinned the base versions right after its body started, so the MV is
+                # current as of the start (not the end: that would hide the run's own duration).
+                self.data_time = outcome.started
+                self.last_duration = outcome.duration
             self.attempt = 0
             self.error = None
             if self.state is TaskState.WARNING:
@@ -270,29 +330,35 @@ class Maintainer:
             self._record_run(
                 run,
                 result.state,
+                started_ms=started_ms,
                 rows=result.rows_written,
                 after=result.watermark_after,
                 message=result.message,
             )
+            if result.state == "SKIPPED" and self.env.metrics is not None:
+                self.env.metrics.record_skip("already_applied")
+        self.last_started = outcome.started
         if self.stopped:
             return
-        if self.rerun_requested and self.runnable:
-            self.rerun_requested = False
-            self._start_run("RERUN")
+        if self.pending_trigger is not None and self.runnable:
+            trigger, self.pending_trigger = self.pending_trigger, None
+            self._start_run(trigger)
         elif self.runnable and self.task_id not in self.env.due:
-            self._schedule_next(started=self.env.clock.monotonic())
+            self._schedule_next()
 
-    def _failed(self, run: RunContext, error: MvsError) -> None:
+    def _failed(self, run: RunContext, error: MvsError, started_ms: int) -> None:
         now_ms = self.env.clock.wall_ms()
         self.error = error.record(now_ms)
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
         new_state = TaskState.WARNING if retry else TaskState.FAILED
         self.task = {**self.task, "state": new_state.value}
-        self._record_run(run, "ERROR", error=self.error)
+        self._record_run(run, "ERROR", started_ms=started_ms, error=self.error)
         if retry:
-            self._schedule_at(self.env.clock.monotonic() + self.env.retry.delay(self.attempt))
+            delay = self.env.retry.delay(self.attempt, rng=self.env.rng)
+            self._schedule_at(self.env.clock.monotonic() + delay)
         else:
+            self.pending_trigger = None
             self.env.due.remove(self.task_id)
 
     def _record_run(
@@ -300,17 +366,18 @@ class Maintainer:
         run: RunContext,
         state: str,
         *,
+        started_ms: int | None = None,
         rows: int | None = None,
         after: dict[str, int] | None = None,
         message: str | None = None,
         error: Record | None = None,
     ) -> None:
-        ended = None if state == "RUNNING" else self.env.clock.wall_ms()
+        ended = None if state in ("PENDING", "RUNNING") else self.env.clock.wall_ms()
         summary = {
             "run_id": run.run_id,
             "trigger": run.trigger,
             "state": state,
-            "started_at": run.started_ms,
+            "started_at": run.queued_ms if started_ms is None else started_ms,
             "ended_at": ended,
             "rows_written": rows,
             "message": message or (error or {}).get("message"),
@@ -328,37 +395,68 @@ class Maintainer:
         self.env.publish("runs", self.task_id, record)
         self.env.status_changed(self.task_id)
 
+    def _wall_ms(self, monotonic: float) -> int:
+        """A scheduling-clock time as epoch milliseconds (records carry wall time)."""
+        clock = self.env.clock
+        return clock.wall_ms() - round((clock.monotonic() - monotonic) * 1000)
+
     # -- schedule ----------------------------------------------------------------------------------
-    def _schedule_next(self, started: float) -> None:
-        if self.task["kind"] == "MV_LOG":
-            interval_s = self.task["mv_log"]["purge_interval_ms"] / 1000
-            self._schedule_at(started + interval_s)
+    def _schedule_next(self, *, notify: bool = True) -> None:
+        """Schedule the next run after a run or a no-change decision, by the task's trigger."""
+        now = self.env.clock.monotonic()
+        try:
+            due = self._next_due(now)
+        except ValueError as exc:  # a spec no DDL check let through (e.g. EVERY 0 from a raw producer)
+            self._invalid_spec(str(exc))
             return
-        trigger = self.task["mv"]["trigger"]
-        kind = trigger["kind"]
-        if kind == "ON_CHANGE":
-            self._schedule_at(self.env.clock.monotonic() + ON_CHANGE_POLL_S)
-            return
-        interval = trigger["interval_ms"] / 1000 if trigger.get("interval_ms") else None
-        due = next_refresh_due(
-            kind,
-            interval,
-            now=self.env.clock.monotonic(),
-            last_started=started,
-            last_success_data_time=started,
-        )
         if due is None:
             self.env.due.remove(self.task_id)  # ON DEMAND: only a REFRESH command runs it
-        else:
-            self._schedule_at(due)
+            if notify:
+                self.env.status_changed(self.task_id)
+            return
+        # Seed 000 risk 2: whatever the formula proposes, never start again sooner than
+        # MIN_RUN_SPACING_S after the last start, so no next time can make a tight re-trigger loop.
+        spacing = None if self.last_started is None else self.last_started + MIN_RUN_SPACING_S
+        self._schedule_at(due, not_before=spacing, notify=notify)
 
-    def _schedule_at(self, due: float) -> None:
-        now = self.env.clock.monotonic()
-        safe, warning = validate_next_due(due, now, min_delay=0.0)
-        if warning:
-            log.warning("%s: next run time %s replaced: %s", self.task_id, due, warning)
-        self.env.due.schedule(self.task_id, safe)
+    def _next_due(self, now: float) -> float | None:
+        if self.task["kind"] == "MV_LOG":
+            interval = _seconds(self.task["mv_log"]["purge_interval_ms"])
+            return next_refresh_due(
+                EVERY, interval, now=now, last_started=self.last_started, last_success_data_time=None
+            )
+        trigger = self.task["mv"]["trigger"]
+        return next_refresh_due(
+            trigger["kind"],
+            _seconds(trigger.get("interval_ms")),
+            now=now,
+            last_started=self.last_started,
+            last_success_data_time=self.data_time,
+            expected_duration_s=self.last_duration,
+        )
+
+    def _invalid_spec(self, why: str) -> None:
+        log.error("%s: cannot schedule: %s", self.task_id, why)
+        self.error = MvsError(ErrorCode.INVALID_CONFIG, f"cannot schedule: {why}").record(
+            self.env.clock.wall_ms()
+        )
+        self.task = {**self.task, "state": TaskState.FAILED.value}
+        self.pending_trigger = None
+        self.env.due.remove(self.task_id)
         self.env.status_changed(self.task_id)
+
+    def _schedule_at(
+        self, due: float | None, *, not_before: float | None = None, notify: bool = True
+    ) -> None:
+        floor = self.env.clock.monotonic()
+        if not_before is not None:
+            floor = max(floor, not_before)
+        safe, reason = validate_next_due(due, floor, min_delay=0.0)
+        if reason in _INVALID_DUE:
+            log.warning("%s: next run time %s replaced (%s) by %s", self.task_id, due, reason, safe)
+        self.env.due.schedule(self.task_id, safe)
+        if notify:
+            self.env.status_changed(self.task_id)
 
     # -- reporting ---------------------------------------------------------------------------------
     def status(self) -> Record:
@@ -375,3 +473,15 @@ class Maintainer:
             "next_run_at": next_run_at,
             "error": self.error,
         }
+
+    def gauges(self) -> TaskGauges:
+        """Data lag (MVs) and time to the next run, read at scrape time from another thread:
+        single attribute reads and one dict lookup, safe without the FSM's serialisation."""
+        now = self.env.clock.monotonic()
+        due = self.env.due.due_at(self.task_id)
+        lag = data_lag_s(now, self.data_time) if self.task["kind"] == "MV" else None
+        return TaskGauges(self.task_id, lag, None if due is None else max(0.0, due - now))
+
+
+def _seconds(interval_ms: int | None) -> float | None:
+    return None if interval_ms is None else interval_ms / 1000

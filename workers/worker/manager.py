@@ -6,6 +6,13 @@ starts their maintainers, and starts reading partition p of the maintainer topic
 per-task command reaches only the owner). On revocation it stops those maintainers — running
 Spark jobs are cancelled and waited for — before the partition is released.
 
+A maintainer runs only under an epoch the coordinator issued to this worker by name: a task
+whose record names another owner, or none (new, restarted, or restored after its partition moved
+here), waits. The manager claims it in a heartbeat at once, the coordinator raises the epoch with
+this worker as owner (ADD_MAINTAINER), and only then does a maintainer start. So a new owner never
+shares an epoch with an old one that is still alive (a zombie: frozen, partitioned), and Delta's
+txnVersion (epoch first) skips whatever the old one commits after the new one did.
+
 The loop is ``step()``, run until a stop event; tests drive it step by step.
 """
 
@@ -18,17 +25,21 @@ from typing import Any
 
 from workers.catalog.store import restore_catalog
 from workers.config import Settings
-from workers.kafka.typed import Message, TypedConsumer, TypedProducer
+from workers.kafka.admin import configure_group
+from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, partition_for
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
 from workers.sched.mailbox import BatchSystem
+from workers.sched.metrics import SchedMetrics, TaskGauges, process_metrics
+from workers.topics import topic_spec
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
 from workers.worker.runner import Runner, SparkRunner
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
+PARTITIONS = topic_spec("manager").partitions
 FULL_HEARTBEAT_EVERY_S = 10.0
 RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
@@ -42,6 +53,7 @@ class Manager(LoopRole):
         runner: Runner | None = None,
         clock: Clock | None = None,
         pollers: int = 0,
+        metrics: SchedMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.worker_id = settings.worker_id
@@ -59,6 +71,10 @@ class Manager(LoopRole):
         self._pollers = pollers
         self.owned: dict[str, Maintainer] = {}
         self.partition_of: dict[str, int] = {}
+        self.partitions: set[int] = set()  # manager partitions assigned to us
+        # Tasks whose partition moved here from another owner: (catalog record, monotonic time it
+        # arrived), kept until the coordinator raises the epoch for us (see the module doc).
+        self.waiting: dict[str, tuple[Record, float]] = {}
         self._outbox: deque[tuple[str, str, Record]] = deque()
         self._dirty: set[str] = set()
         self._removed: set[str] = set()
@@ -67,13 +83,21 @@ class Manager(LoopRole):
         self._last_full = float("-inf")
         self._last_reconcile = self.clock.monotonic()
         self._full_requested = True
+        self._claim_now = False  # a new claim: heartbeat at once (it is on the failover path)
         self.coordinator_epoch = 0
         self._commands = TypedConsumer(settings, group_id=settings.group("workers"))
         self._task_commands = TypedConsumer(settings, group_id=settings.group("workers.maintainer"))
         self._producer = TypedProducer(settings)
+        # Prometheus (issue 4): the executor's counters and each owned task's lag / time to next
+        # run, all read at scrape time.
+        self.metrics = metrics if metrics is not None else process_metrics()
+        self.metrics.track_executor(self.executor)
+        self.metrics.track_tasks(self.worker_id, self._task_gauges)
 
     # -- ownership ---------------------------------------------------------------------------------
     def start(self) -> None:
+        # KIP-848: the session timeout (how long a dead worker keeps its tasks) is a group config.
+        configure_group(self.settings, self.settings.group("workers"))
         self._commands.subscribe(["manager"], on_assign=self._on_assign, on_revoke=self._on_revoke)
         if self._pollers:
             self.maintainers.start()
@@ -82,18 +106,29 @@ class Manager(LoopRole):
         owned = sorted(p for topic, p in partitions if topic == "manager")
         if not owned:
             return
-        for partition in owned:
-            for task in restore_catalog(self.settings, [partition]).values():
-                self.add_task(task, partition)
+        self.partitions.update(owned)
+        # One read of all the new partitions: restoring is on the failover path.
+        for task_id, task in restore_catalog(self.settings, owned).items():
+            self.add_task(task, partition_for(task_id, PARTITIONS))
         self._task_commands.assign("maintainer", owned)
         self._full_requested = True
-        log.info("%s assigned partitions %s: %d tasks", self.worker_id, owned, len(self.owned))
+        log.info(
+            "%s assigned partitions %s: %d tasks, %d waiting for a new epoch",
+            self.worker_id,
+            owned,
+            len(self.owned),
+            len(self.waiting),
+        )
 
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         lost = {p for topic, p in partitions if topic == "manager"}
         if not lost:
             return
+        self.partitions -= lost
         leaving = [task_id for task_id, p in self.partition_of.items() if p in lost]
+        for task_id in [t for t in self.waiting if partition_for(t, PARTITIONS) in lost]:
+            del self.waiting[task_id]
+            leaving.append(task_id)
         for task_id in leaving:
             self._stop(task_id)
         # Runs are cancelled and awaited so the next owner never races a live Spark job of ours.
@@ -118,13 +153,32 @@ class Manager(LoopRole):
             publish=self._enqueue,
             status_changed=self._mark_dirty,
             run_timeout_s=self.settings.run_timeout_s,
+            metrics=self.metrics,
         )
 
+    def _task_gauges(self) -> list[TaskGauges]:
+        return [maintainer.gauges() for maintainer in list(self.owned.values())]  # scrape thread: a copy
+
     def add_task(self, task: Record, partition: int) -> None:
-        existing = self.owned.get(task["task_id"])
+        task_id = task["task_id"]
+        existing = self.owned.get(task_id)
         if existing is not None:
-            self.maintainers.send(task["task_id"], Update(task))
+            self.maintainers.send(task_id, Update(task))
             return
+        waiting = self.waiting.get(task_id)
+        if waiting is not None and task["epoch"] < waiting[0]["epoch"]:
+            return  # a replayed older record
+        if task["owner"] != self.worker_id:
+            # Not issued to us (yet): claim it and wait for the coordinator's epoch naming us.
+            since = waiting[1] if waiting is not None else self.clock.monotonic()
+            self.waiting[task_id] = (task, since)
+            self._mark_dirty(task_id)
+            self._claim_now = True
+            return
+        self.waiting.pop(task_id, None)
+        self._start_maintainer(task, partition)
+
+    def _start_maintainer(self, task: Record, partition: int) -> None:
         maintainer = Maintainer(task, self._env())
         self.owned[task["task_id"]] = maintainer
         self.partition_of[task["task_id"]] = partition
@@ -140,8 +194,15 @@ class Manager(LoopRole):
 
     def _remove(self, task_id: str, *, drop_data: bool) -> None:
         """Stop a task's maintainer for good (a dropped task); its run is cancelled and awaited."""
+        waiting = self.waiting.pop(task_id, None)
+        if waiting is not None and drop_data:
+            self.runner.drop(waiting[0])
         maintainer = self.owned.get(task_id)
         if maintainer is None:
+            if waiting is not None:
+                with self._lock:
+                    self._removed.add(task_id)
+                    self._dirty.discard(task_id)
             return
         self._stop(task_id)
         self._await_run_end(task_id)
@@ -178,7 +239,8 @@ class Manager(LoopRole):
             self.add_task(command["task"], message.partition)
         elif kind == "REMOVE_MAINTAINER":
             maintainer = self.owned.get(task_id)
-            if maintainer is not None and command["epoch"] > maintainer.task["epoch"]:
+            current = maintainer.task if maintainer is not None else self.waiting.get(task_id, (None,))[0]
+            if current is not None and command["epoch"] > current["epoch"]:
                 self._remove(task_id, drop_data=True)
         elif kind == "BOOTSTRAP":
             self._full_requested = True
@@ -213,6 +275,9 @@ class Manager(LoopRole):
             gone, self._removed = self._removed, set()
         ids = list(self.owned) if full else [t for t in dirty if t in self.owned]
         statuses = [self.owned[t].status() for t in ids]
+        # A claim on each task waiting for its new epoch, at the epoch it arrived with.
+        claims = list(self.waiting) if full else [t for t in dirty if t in self.waiting]
+        statuses += [_claim(self.waiting[t][0]) for t in claims]
         gone |= set(removed or [])
         if not statuses and not gone and not full:
             return
@@ -239,10 +304,11 @@ class Manager(LoopRole):
         message = self._commands.poll(wait)
         if message is not None:
             self._on_manager_command(message)
-            self._commands.commit(message)
+            self._commit(self._commands, message)
         while (task_message := self._task_commands.poll(0)) is not None:
             self._on_task_command(task_message)
-            self._task_commands.commit(task_message)
+            self._commit(self._task_commands, task_message)
+        self._start_unanswered_claims()
         self.tick()
         self._publish_outbox()
         now = self.clock.monotonic()
@@ -250,11 +316,50 @@ class Manager(LoopRole):
             self._reconcile()
             self._last_reconcile = now
         full = self._full_requested or now - self._last_full >= FULL_HEARTBEAT_EVERY_S
-        if full or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
+        if full or self._claim_now or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
+            self._claim_now = False
             self._send_heartbeat(full=full)
             self._last_heartbeat = now
             if full:
                 self._last_full, self._full_requested = now, False
+
+    @staticmethod
+    def _commit(consumer: TypedConsumer, message: Message) -> None:
+        """Commit a handled command. A commit refused because the group is rebalancing (the
+        partition may be moving) is harmless: a new owner restores from the catalog, and a replayed
+        command is a no-op (its epoch is not newer), so the loop must not die of it."""
+        try:
+            consumer.commit(message)
+        except BusError as exc:
+            if exc.fatal:
+                raise
+            log.info("commit of %s[%d]@%d skipped: %s", message.topic, message.partition, message.offset, exc)
+
+    def _start_unanswered_claims(self) -> None:
+        """Without an active coordinator nobody raises epochs: a claim unanswered for the heartbeat
+        timeout (any old owner left the group long ago) starts at the newest catalog epoch."""
+        now = self.clock.monotonic()
+        overdue = [
+            t for t, (_, since) in self.waiting.items() if now - since >= self.settings.heartbeat_timeout_s
+        ]
+        if not overdue:
+            return
+        catalog = restore_catalog(self.settings, sorted({partition_for(t, PARTITIONS) for t in overdue}))
+        for task_id in overdue:
+            task, since = self.waiting[task_id]
+            latest = catalog.get(task_id)
+            if latest is None:
+                self._remove(task_id, drop_data=False)
+            elif latest["epoch"] > task["epoch"]:
+                self.waiting[task_id] = (latest, now)  # a coordinator is at work: claim the new epoch
+                self._mark_dirty(task_id)
+                self._claim_now = True
+            else:
+                log.warning(
+                    "%s: no coordinator answered its claim in %.0fs; starting it", task_id, now - since
+                )
+                del self.waiting[task_id]
+                self._start_maintainer(latest, partition_for(task_id, PARTITIONS))
 
     def tick(self) -> int:
         """Hand every due task to its maintainer and let maintainers handle their mail; no Kafka I/O."""
@@ -267,17 +372,17 @@ class Manager(LoopRole):
 
     def _reconcile(self) -> None:
         """Catch anything a missed command left behind: the catalog of our partitions is the truth."""
-        owned = sorted(set(self.partition_of.values()))
+        owned = sorted(self.partitions)
         if not owned:
             return
-        for partition in owned:
-            catalog = restore_catalog(self.settings, [partition])
-            for task_id, task in catalog.items():
-                current = self.owned.get(task_id)
-                if current is None or task["epoch"] > current.task["epoch"]:
-                    self.add_task(task, partition)
-            for task_id in [t for t, p in self.partition_of.items() if p == partition and t not in catalog]:
-                self._remove(task_id, drop_data=False)
+        catalog = restore_catalog(self.settings, owned)
+        for task_id, task in catalog.items():
+            current = self.owned.get(task_id)
+            if current is None or task["epoch"] > current.task["epoch"]:
+                self.add_task(task, partition_for(task_id, PARTITIONS))
+        gone = [t for t in [*self.partition_of, *self.waiting] if t not in catalog]
+        for task_id in gone:
+            self._remove(task_id, drop_data=False)
 
     def close(self) -> None:
         """Leave the group cleanly: revocation stops every maintainer before the partitions go."""
@@ -288,3 +393,18 @@ class Manager(LoopRole):
         self.executor.shutdown(cancel_running=True)
         if self._pollers:
             self.maintainers.stop()
+        self.metrics.untrack_tasks(self.worker_id)
+        self.metrics.untrack_executor(self.executor)
+
+
+def _claim(task: Record) -> Record:
+    """The MaintainerStatus a manager sends for a task it waits to start: its catalog state."""
+    return {
+        "task_id": task["task_id"],
+        "epoch": task["epoch"],
+        "state": task["state"],
+        "checkpoint": dict(task["checkpoint"]),
+        "last_run": task["last_run"],
+        "next_run_at": None,
+        "error": task["error"],
+    }

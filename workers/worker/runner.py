@@ -19,6 +19,8 @@ from workers.jobs.errors import JobError, RunCancelled
 from workers.warehouse import latest_version, table_exists
 
 Record = dict[str, Any]
+# While a cancelled run is still inside its Spark work, its job group is cancelled again this often.
+RECANCEL_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class SparkRunner:
         self.settings = settings
         self._lock = threading.Lock()
         self._spark: Any = None
+        self._live: set[str] = set()  # job groups of runs now inside refresh/purge
 
     @property
     def spark(self) -> Any:
@@ -63,12 +66,22 @@ class SparkRunner:
             versions[table] = version
         return versions
 
+    @contextmanager
+    def _live_group(self, job_group: str) -> Iterator[None]:
+        with self._lock:
+            self._live.add(job_group)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._live.discard(job_group)
+
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:
         from workers.jobs.refresh import read_watermark, refresh_complete
 
         spec = task["mv"]
         versions = self.base_versions(spec["base_tables"])
-        with _storage_errors():
+        with self._live_group(job_group), _storage_errors():
             current = read_watermark(self.spark, self.settings, task["name"])
             if current is not None and current.epoch == task["epoch"] and current.watermark == versions:
                 return RunResult("SKIPPED", 0, versions, versions, "skipped: no change")
@@ -103,7 +116,11 @@ class SparkRunner:
         from workers.jobs.mvlog import create_mv_log, purge
 
         base = task["name"]
-        with _storage_errors(), spark_job_group(self.spark, job_group, f"mvs purge {task['task_id']}"):
+        with (
+            self._live_group(job_group),
+            _storage_errors(),
+            spark_job_group(self.spark, job_group, f"mvs purge {task['task_id']}"),
+        ):
             create_mv_log(self.spark, self.settings, base)  # idempotent: the log exists once created
             result = purge(self.spark, self.settings, base, safepoint)
         mark = {base: result.captured_version}
@@ -121,6 +138,20 @@ class SparkRunner:
             from workers.jobs.refresh import cancel_run
 
             cancel_run(self._spark, job_group)
+            threading.Thread(
+                target=self._keep_cancelling, args=(job_group,), name=f"cancel-{job_group}", daemon=True
+            ).start()
+
+    def _keep_cancelling(self, job_group: str) -> None:
+        """Spark cancels only the group's jobs active at that instant: one the run submits later
+        (e.g. after a broadcast, which Spark runs under a group of its own, was in flight when the
+        cancel came) would run to its end. So cancel again until the run has left its Spark work."""
+        pause = threading.Event()
+        while not pause.wait(RECANCEL_EVERY_S):
+            with self._lock:
+                if job_group not in self._live:
+                    return
+            self._spark.sparkContext.cancelJobGroup(job_group)
 
     def drop(self, task: Record) -> None:
         if task["kind"] == "MV":

@@ -1,0 +1,44 @@
+"""What every benchmark shares: percentiles, the table, the closing JSON line, task records."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from workers.coordinator.handlers import Context, new_task
+from workers.status import table
+
+Record = dict[str, Any]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def report(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]], figures: Record) -> None:
+    """Print the table, then (last) one JSON line with the figures, for scripts to read."""
+    print(f"\n{title}  (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
+    print(table(headers, rows))
+    print(json.dumps(figures, sort_keys=True))
+
+
+def mv_task(
+    name: str, *, trigger: str, interval_ms: int | None, query: str, base_tables: Sequence[str] = ()
+) -> Record:
+    """A TaskRecord as the coordinator hands it to a manager (ADD_MAINTAINER)."""
+    spec = {
+        "query": query,
+        "refresh_mode": "COMPLETE",
+        "trigger": {"kind": trigger, "interval_ms": interval_ms},
+        "base_tables": list(base_tables),
+    }
+    ctx = Context(now_ms=0, coordinator_epoch=1, table_exists=lambda table: True)
+    return new_task(f"mv:{name}", "MV", name, ctx, mv=spec)

@@ -1,0 +1,348 @@
+"""Failover: how long until a task runs elsewhere when its worker dies (kill -9) or leaves (SIGTERM).
+
+    .venv/bin/python -m bench.failover [--trials 10] [--graceful-trials 10] [--no-defaults]
+
+Real processes (``python -m workers.cli coordinator|worker``), the embedded broker (or
+``MVS_BOOTSTRAP_SERVERS``), Spark and Delta. Each configuration gets a *cell*: its own namespace and
+warehouse, a coordinator, two workers and four small ON DEMAND MVs.
+
+A kill trial picks a target MV, SIGKILLs the process group (Python and JVM) of the worker holding
+its partition, starts a replacement worker at once, and measures from the kill to
+- claim: the first heartbeat of another worker that reports the task (``Heartbeat.sent_at``);
+- running: the first RUNNING (or later) run record of the task on another worker
+  (``RunRecord.started_at``), i.e. a run under the epoch the coordinator raised for the new owner.
+"Running elsewhere" is the later of the two (the run), the claim is shown beside it.
+A graceful trial does the same with SIGTERM; its replacement starts after the measurement.
+Between trials the cell settles: two workers hold every partition and every task has a finished
+run under its current epoch on a live worker (so replacement JVMs are warm before the next kill).
+
+Configurations: the settings mvs ships (``Settings.session_timeout_ms``) with both group protocols
+(classic cooperative-sticky, and KIP-848 ``consumer`` where the session timeout is a broker-side
+group config), and Kafka's defaults (``MVS_SESSION_TIMEOUT_MS=0``: librdkafka's 45 s, or the
+broker's 45 s group default). The two default cells run side by side to keep the wall time sane.
+Goals with the shipped settings: kill -9 p95 ≤ 10 s, SIGTERM p95 ≤ 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import percentile, report
+from tests.integration.processes import Fleet, Role, Tail, owners_of, wait_until
+from workers.client import MvsClient
+from workers.config import Settings
+from workers.kafka.messages import partition_for
+from workers.topics import topic_spec
+
+Record = dict[str, Any]
+PARTITIONS = topic_spec("manager").partitions
+TASKS = 4
+KILL, TERM = "kill -9", "SIGTERM"
+GOALS = {KILL: 10.0, TERM: 2.0}
+SHIPPED_SESSION_MS = Settings.session_timeout_ms
+
+
+@dataclasses.dataclass
+class Trial:
+    kind: str
+    target: str
+    victim: str
+    new_owner: str
+    claim_s: float
+    running_s: float
+
+
+class Cell:
+    """One configuration: a namespace with a coordinator, two workers and the MVs."""
+
+    def __init__(self, name: str, protocol: str, session_ms: int, bootstrap: str, root: Path) -> None:
+        self.name = name
+        self.protocol = protocol
+        self.session_ms = session_ms
+        self.settings = Settings.from_env(
+            bootstrap_servers=bootstrap,
+            embedded=False,
+            namespace=f"bench{uuid.uuid4().hex[:6]}",
+            warehouse=str(root / name.replace("/", "-") / "warehouse"),
+            group_protocol=protocol,
+            session_timeout_ms=session_ms,
+        )
+        self.fleet = Fleet(self.settings, root / name.replace("/", "-") / "logs")
+        self.runs = Tail(self.settings, "runs")
+        self.beats = Tail(self.settings, "coordinator")
+        self.client = MvsClient(self.settings, issued_by="bench-failover")
+        self.tasks = [f"mv:t{i}" for i in range(TASKS)]
+        self.trials: list[Trial] = []
+        self._workers = 0
+
+    # -- the fleet ----------------------------------------------------------------------------------
+    def worker(self) -> Role:
+        self._workers += 1
+        return self.fleet.worker(f"w{self._workers}")
+
+    def live(self) -> dict[str, Role]:
+        return {r.name: r for r in self.fleet.roles if r.kind == "worker" and r.alive}
+
+    def start(self) -> None:
+        self.fleet.coordinator("c1")
+        self.worker()
+        self.worker()
+        self.wait_group()
+        for task_id in self.tasks:
+            name = task_id.split(":", 1)[1]
+            sql = f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS SELECT id, v FROM base"
+            result = self.client.execute(sql, timeout_s=60)
+            assert result is not None and result["accepted"], result
+        self.settle()
+
+    def wait_group(self) -> dict[str, list[int]]:
+        names = set(self.live())
+
+        def held() -> dict[str, list[int]] | None:
+            owners = owners_of(self.settings, self.settings.group("workers"))
+            ok = set(owners) == names and sum(map(len, owners.values())) == PARTITIONS
+            return owners if ok and all(owners.values()) else None
+
+        return wait_until(held, timeout_s=180, what=f"{self.name}: {sorted(names)} holding every partition")
+
+    def settle(self) -> None:
+        """Two workers hold the partitions; every task ran (and finished) on a live worker under
+        its current epoch — so the replacement's Spark JVM is up before the next trial."""
+        self.wait_group()
+        live = set(self.live())
+
+        def done() -> bool:
+            self.runs.poll(0.1)
+            tasks = self.client.tasks()
+            finished = {
+                (r["task_id"], r["epoch"])
+                for r in self.runs.records
+                if r["state"] in ("COMPLETED", "SKIPPED") and r["worker_id"] in live
+            }
+            return all(
+                (t := tasks.get(task_id)) is not None
+                and t["owner"] in live
+                and (task_id, t["epoch"]) in finished
+                for task_id in self.tasks
+            )
+
+        wait_until(done, timeout_s=240, what=f"{self.name}: every task finished a run on a live worker")
+
+    # -- a trial ------------------------------------------------------------------------------------
+    def holder(self, task_id: str) -> str:
+        owners = owners_of(self.settings, self.settings.group("workers"))
+        partition = partition_for(task_id, PARTITIONS)
+        return next(name for name, parts in owners.items() if partition in parts)
+
+    def trial(self, kind: str, index: int) -> Trial:
+        target = self.tasks[index % len(self.tasks)]
+        victim = self.live()[self.holder(target)]
+        self.runs.poll(0.1)
+        self.beats.poll(0.1)
+        runs_mark, beats_mark = len(self.runs.records), len(self.beats.records)
+        t0_ms = time.time() * 1000
+        if kind == KILL:
+            victim.kill()
+            self.worker()  # the replacement joins while the dead one's session runs out
+        else:
+            victim.process.send_signal(signal.SIGTERM)
+
+        def claimed() -> Record | None:
+            self.beats.poll(0.05)
+            for beat in self.beats.records[beats_mark:]:
+                if beat["worker_id"] != victim.name and any(s["task_id"] == target for s in beat["statuses"]):
+                    return beat
+            return None
+
+        def running() -> Record | None:
+            self.runs.poll(0.05)
+            for run in self.runs.records[runs_mark:]:
+                if (
+                    run["task_id"] == target
+                    and run["worker_id"] != victim.name
+                    and run["state"] in ("RUNNING", "COMPLETED", "SKIPPED")
+                ):
+                    return run
+            return None
+
+        limit = max(self.session_ms, 45_000) / 1000 + 60
+        claim = wait_until(claimed, timeout_s=limit, what=f"{self.name}: {target} claimed")
+        run = wait_until(running, timeout_s=limit, what=f"{self.name}: {target} running elsewhere")
+        if kind == TERM:
+            assert victim.process.wait(60) == 0, f"{victim.name} exited {victim.process.returncode}"
+            self.worker()
+        result = Trial(
+            kind,
+            target,
+            victim.name,
+            run["worker_id"],
+            (claim["sent_at"] - t0_ms) / 1000,
+            (run["started_at"] - t0_ms) / 1000,
+        )
+        self.trials.append(result)
+        print(
+            f"  {self.name:<18} {kind:<8} #{index + 1:<2} {target} {victim.name}→{result.new_owner}: "
+            f"claim {result.claim_s:6.2f}s  running {result.running_s:6.2f}s",
+            flush=True,
+        )
+        self.settle()
+        return result
+
+    def run_trials(self, kind: str, count: int) -> None:
+        for index in range(count):
+            self.trial(kind, index)
+
+    def close(self) -> None:
+        self.fleet.close()
+        self.runs.close()
+        self.beats.close()
+        self.client.close()
+
+
+def _broker(root: Path) -> tuple[str, Callable[[], None]]:
+    external = os.environ.get("MVS_BOOTSTRAP_SERVERS")
+    if external:
+        return external, lambda: None
+    from workers.embedded.broker import EmbeddedKafka, free_port
+
+    broker = EmbeddedKafka(root / "kafka", port=free_port(), controller_port=free_port()).start()
+    return broker.bootstrap_servers, broker.stop
+
+
+def _create_base_tables(cells: list[Cell]) -> None:
+    """The MVs' base table, in each cell's warehouse, from this process's (short-lived) Spark."""
+    from workers.jobs.session import get_spark, stop_spark
+    from workers.jobs.tables import create_table
+
+    spark = get_spark(cells[0].settings)
+    rows = [{"id": i, "v": i % 7} for i in range(100)]
+    for cell in cells:
+        create_table(spark, cell.settings, "base", rows, "id BIGINT, v BIGINT")
+    stop_spark()  # the workers need the CPU more than we do
+
+
+def _in_parallel(jobs: list[Callable[[], None]]) -> None:
+    errors: list[BaseException] = []
+
+    def guard(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:  # reported after every job ended
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guard, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=10, help="kill -9 trials per configuration")
+    parser.add_argument("--graceful-trials", type=int, default=10, help="SIGTERM trials (shipped settings)")
+    parser.add_argument("--no-defaults", action="store_true", help="skip the 45 s Kafka-default cells")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (role logs)")
+    args = parser.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="mvs-failover-"))
+    bootstrap, stop_broker = _broker(root)
+    shipped = [Cell(f"{p}/shipped", p, SHIPPED_SESSION_MS, bootstrap, root) for p in ("classic", "consumer")]
+    defaults = (
+        []
+        if args.no_defaults
+        else [Cell(f"{p}/kafka-default", p, 0, bootstrap, root) for p in ("classic", "consumer")]
+    )
+    cells = shipped + defaults
+    started = time.monotonic()
+    try:
+        _create_base_tables(cells)
+        for cell in shipped:  # one at a time: their seconds are what we want to read cleanly
+            cell.start()
+            cell.run_trials(KILL, args.trials)
+            cell.run_trials(TERM, args.graceful_trials)
+            cell.close()
+        if defaults:
+            _in_parallel([d.start for d in defaults])
+            _in_parallel([lambda d=d: d.run_trials(KILL, args.trials) for d in defaults])  # type: ignore[misc]
+    finally:
+        for cell in cells:
+            cell.close()
+        stop_broker()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"work folder kept: {root}")
+
+    rows: list[list[object]] = []
+    figures: dict[str, Any] = {"bench": "failover", "wall_s": round(time.monotonic() - started, 1)}
+    for cell in cells:
+        for kind in (KILL, TERM):
+            trials = [t for t in cell.trials if t.kind == kind]
+            if not trials:
+                continue
+            running = [t.running_s for t in trials]
+            claims = [t.claim_s for t in trials]
+            p95 = percentile(running, 95)
+            goal = GOALS[kind] if cell.session_ms == SHIPPED_SESSION_MS else None
+            session = f"{cell.session_ms / 1000:g} s" if cell.session_ms else "45 s (Kafka default)"
+            rows.append(
+                [
+                    cell.protocol,
+                    session,
+                    kind,
+                    len(trials),
+                    f"{percentile(claims, 50):.2f}",
+                    f"{percentile(claims, 95):.2f}",
+                    f"{percentile(running, 50):.2f}",
+                    f"{p95:.2f}",
+                    f"{max(running):.2f}",
+                    "-" if goal is None else f"≤ {goal:g} {'ok' if p95 <= goal else 'MISSED'}",
+                ]
+            )
+            figures[f"{cell.name}/{'kill' if kind == KILL else 'sigterm'}"] = {
+                "trials": len(trials),
+                "session_timeout_ms": cell.session_ms or 45_000,
+                "claim_p50_s": round(percentile(claims, 50), 3),
+                "claim_p95_s": round(percentile(claims, 95), 3),
+                "running_p50_s": round(percentile(running, 50), 3),
+                "running_p95_s": round(p95, 3),
+                "running_max_s": round(max(running), 3),
+                "goal_p95_s": goal,
+            }
+    report(
+        "Failover: from the signal to the task claimed / running on another worker",
+        [
+            "protocol",
+            "session",
+            "signal",
+            "trials",
+            "claim p50",
+            "claim p95",
+            "run p50",
+            "run p95",
+            "run max",
+            "goal",
+        ],
+        rows,
+        figures,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

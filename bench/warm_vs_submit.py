@@ -1,0 +1,134 @@
+"""A tiny refresh on the worker's warm SparkSession vs the same refresh as a fresh ``spark-submit``
+per run (what a cron job does: start a JVM and a session, refresh, exit).
+
+Both run ``SparkRunner.refresh`` — the worker's own refresh path (pin the base version,
+recompute the query, one Delta commit with the watermark) — on the same tiny Delta table. Each
+trial raises the task's epoch, so every refresh really recomputes and commits (Delta's
+idempotent-write id would otherwise skip a repeated one). ``spark-submit`` is the one pyspark
+ships in the venv, given the Delta jars from ``.cache/jars/delta``.
+
+    .venv/bin/python -m bench.warm_vs_submit [--warm 5] [--cold 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyspark
+
+from bench.common import mv_task, percentile, report
+from workers.config import REPO_ROOT, Settings
+from workers.jobs.session import delta_jars, get_spark
+from workers.jobs.tables import create_table
+from workers.worker.runner import SparkRunner
+
+GOAL_SPEEDUP = 10.0
+QUERY = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
+SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+
+def refresh_once(warehouse: str, epoch: int) -> str:
+    """One refresh of the tiny MV at ``epoch`` on this process's session; returns its message."""
+    settings = Settings(namespace="bench", warehouse=warehouse)
+    task = {
+        **mv_task("tiny", trigger="EVERY", interval_ms=60_000, query=QUERY, base_tables=["sales"]),
+        "epoch": epoch,
+    }
+    result = SparkRunner(settings).refresh(task, run_id=f"bench{epoch}", job_group=f"mvs-bench{epoch}")
+    assert result.state == "COMPLETED" and result.rows_written, result
+    return result.message or ""
+
+
+def submit_once(warehouse: str, epoch: int) -> float:
+    """Wall time of ``spark-submit`` running ``refresh_once`` in a new JVM and Python process."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO_ROOT)}
+    command = [
+        str(SPARK_SUBMIT),
+        "--master",
+        "local[2]",
+        "--jars",
+        ",".join(delta_jars()),
+        "--conf",
+        "spark.ui.enabled=false",
+        str(Path(__file__)),
+        "--child",
+        warehouse,
+        str(epoch),
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0 or "refreshed:" not in done.stdout:
+        raise RuntimeError(f"spark-submit failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
+    return elapsed
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:  # inside spark-submit
+        print("refreshed:", refresh_once(sys.argv[2], int(sys.argv[3])), flush=True)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warm", type=int, default=5, help="timed refreshes on the warm session")
+    parser.add_argument("--cold", type=int, default=3, help="timed spark-submit runs")
+    args = parser.parse_args()
+    warehouse = tempfile.mkdtemp()
+    settings = Settings(warehouse=warehouse)
+    spark = get_spark(settings)
+    create_table(
+        spark,
+        settings,
+        "sales",
+        [{"id": i, "region": ("north", "south", "east")[i % 3], "amount": i} for i in range(30)],
+        "id BIGINT, region STRING, amount BIGINT",
+    )
+    refresh_once(warehouse, epoch=1)  # the worker's session has done this kind of work before
+    warm = []
+    for epoch in range(2, 2 + args.warm):
+        started = time.perf_counter()
+        refresh_once(warehouse, epoch)
+        warm.append(time.perf_counter() - started)
+    cold = [submit_once(warehouse, epoch) for epoch in range(100, 100 + args.cold)]
+
+    warm_ms, cold_ms = [w * 1000 for w in warm], [c * 1000 for c in cold]
+    speedup = percentile(cold_ms, 50) / percentile(warm_ms, 50)
+    figures = {
+        "warm_p50_ms": percentile(warm_ms, 50),
+        "warm_ms": warm_ms,
+        "submit_p50_ms": percentile(cold_ms, 50),
+        "submit_ms": cold_ms,
+        "speedup_p50": speedup,
+        "goal_speedup": GOAL_SPEEDUP,
+        "meets_goal": speedup >= GOAL_SPEEDUP,
+    }
+    report(
+        "tiny refresh: warm worker session vs spark-submit per run",
+        ["how", "n", "p50 ms", "min ms", "max ms"],
+        [
+            [
+                "warm session (mvs worker)",
+                len(warm_ms),
+                f"{percentile(warm_ms, 50):.0f}",
+                f"{min(warm_ms):.0f}",
+                f"{max(warm_ms):.0f}",
+            ],
+            [
+                "spark-submit per run (cron)",
+                len(cold_ms),
+                f"{percentile(cold_ms, 50):.0f}",
+                f"{min(cold_ms):.0f}",
+                f"{max(cold_ms):.0f}",
+            ],
+            ["speed-up (p50)", "", f"{speedup:.1f}x", "", ""],
+        ],
+        figures,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,614 @@
+"""Issue 3 end to end: a fleet of real role processes (``python -m workers.cli coordinator|worker``)
+on the real broker, each worker with its own Spark JVM, writing real Delta tables.
+
+Ownership moves when a worker dies (kill -9), hangs and wakes up (SIGSTOP / SIGCONT) or leaves
+(SIGTERM); a standby coordinator takes over; lifecycle preconditions reach the user as coded
+errors; stale epochs are ignored.
+
+One fleet (a namespace, a coordinator, two warm workers) serves the whole module: a worker's
+Spark JVM takes ~20 s to start on a small machine, so the tests share them and each test leaves
+two live workers behind (a killed one is replaced). Every test uses its own MVs and drops them.
+Tests run in file order; the destructive ones come last.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.processes import Fleet, Role, Tail, owners_of, wait_until
+from workers.cli import main as cli_main
+from workers.client import MvsClient
+from workers.config import Settings
+from workers.jobs.metadata import decode_user_metadata
+from workers.jobs.tables import append, create_table, delta_history, read_table
+from workers.kafka.messages import partition_for
+from workers.kafka.typed import TypedProducer, read_to_end
+from workers.topics import topic_spec
+from workers.warehouse import latest_version, table_exists
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = topic_spec("manager").partitions
+BIG_SCHEMA = "id BIGINT, k BIGINT, v BIGINT"
+BIG_ROWS = 14_000
+# A self-join: ~100M joined rows, a few seconds of Spark work — long enough to stop a worker in
+# the middle of it.
+SLOW_QUERY = (
+    "SELECT a.k, count(*) AS pairs, sum(b.v) AS total FROM big a JOIN big b ON a.k = b.k GROUP BY a.k"
+)
+ORDERS_SCHEMA = "id BIGINT, region STRING, amount BIGINT"
+BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS n FROM orders GROUP BY region"
+TERMINAL = {"COMPLETED", "SKIPPED", "ERROR", "CANCELED"}
+
+
+def big_rows(start: int, count: int) -> list[dict[str, Any]]:
+    return [{"id": i, "k": i % 2, "v": i % 97} for i in range(start, start + count)]
+
+
+def order_rows(start: int, count: int) -> list[dict[str, Any]]:
+    regions = ["north", "south", "east"]
+    return [{"id": i, "region": regions[i % 3], "amount": 10 + i} for i in range(start, start + count)]
+
+
+# -- the module's fleet ----------------------------------------------------------------------------
+_T0 = time.monotonic()
+
+
+def step(what: str) -> None:
+    """A timeline line (pytest -s shows it): where a slow test spends its time."""
+    # The real stderr: capsys (the CLI checks) must not see it.
+    print(f"[{time.monotonic() - _T0:7.1f}s] {what}", file=sys.__stderr__, flush=True)
+
+
+class Harness:
+    """The fleet plus what every test reads: run records as they arrive, and a client."""
+
+    def __init__(self, settings: Settings, fleet: Fleet, spark: Any) -> None:
+        self.settings = settings
+        self.fleet = fleet
+        self.spark = spark
+        self.runs = Tail(settings, "runs")
+        self.client = MvsClient(settings, issued_by="test-fleet")
+        self._workers = 0
+        self.warming: str | None = None  # an MV that starts a replacement worker's JVM
+
+    # roles
+    def new_worker(self) -> Role:
+        self._workers += 1
+        return self.fleet.worker(f"w{self._workers}")
+
+    def live_workers(self) -> list[Role]:
+        return [r for r in self.fleet.roles if r.kind == "worker" and r.alive]
+
+    def pair(self) -> tuple[Role, Role]:
+        """The two live workers, once both are in the group and hold every partition between them."""
+        workers = self.live_workers()
+        assert len(workers) == 2, [w.name for w in workers]
+        names = {w.name for w in workers}
+
+        def settled() -> bool:
+            owners = owners_of(self.settings, self.settings.group("workers"))
+            return (
+                set(owners) == names and all(owners.values()) and sum(map(len, owners.values())) == PARTITIONS
+            )
+
+        wait_until(settled, timeout_s=60, what=f"workers {sorted(names)} sharing every partition")
+        return workers[0], workers[1]
+
+    def owner_of_partition(self, task_id: str) -> str:
+        owners = owners_of(self.settings, self.settings.group("workers"))
+        partition = partition_for(task_id, PARTITIONS)
+        return next(name for name, parts in owners.items() if partition in parts)
+
+    # DDL and catalog
+    def sql(self, statement: str) -> dict[str, Any]:
+        result = self.client.execute(statement, timeout_s=60)
+        assert result is not None
+        return result
+
+    def ok(self, statement: str) -> dict[str, Any]:
+        result = self.sql(statement)
+        assert result["accepted"], (statement, result)
+        return result
+
+    def task(self, task_id: str) -> dict[str, Any] | None:
+        return self.client.tasks().get(task_id)
+
+    # runs
+    def run(self, task_id: str, *, states: set[str], after: int = 0, **match: Any) -> dict[str, Any] | None:
+        """The first run record of ``task_id`` (from index ``after`` of the tail) in one of ``states``
+        whose fields equal ``match``."""
+        self.runs.poll()
+        for record in self.runs.records[after:]:
+            matches = all(record.get(k) == v for k, v in match.items())
+            if record["task_id"] == task_id and record["state"] in states and matches:
+                return record
+        return None
+
+    def wait_run(self, task_id: str, *, states: set[str], timeout_s: float = 120, **match: Any) -> Any:
+        return wait_until(
+            lambda: self.run(task_id, states=states, **match),
+            timeout_s=timeout_s,
+            what=f"a {'/'.join(sorted(states))} run of {task_id} with {match}",
+        )
+
+    def runs_of(self, task_id: str, after: int = 0) -> list[dict[str, Any]]:
+        self.runs.poll()
+        return [r for r in self.runs.records[after:] if r["task_id"] == task_id]
+
+    def mark(self) -> int:
+        """A position in the run history: records after it are news."""
+        self.runs.poll()
+        return len(self.runs.records)
+
+    def close(self) -> None:
+        self.runs.close()
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def fleet_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings.from_env(
+        bootstrap_servers=kafka_bootstrap,
+        embedded=False,
+        namespace=f"fleet{uuid.uuid4().hex[:8]}",
+        warehouse=str(tmp_path_factory.mktemp("fleet") / "warehouse"),
+        session_timeout_ms=3000,
+    )
+
+
+@pytest.fixture(scope="module")
+def harness(
+    fleet_settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Harness]:
+    settings = fleet_settings
+    create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
+    create_table(spark, settings, "orders", order_rows(0, 12), ORDERS_SCHEMA)
+    fleet = Fleet(settings, Path(tmp_path_factory.mktemp("fleet-logs")))
+    h = Harness(settings, fleet, spark)
+    try:
+        step("fleet: base tables created")
+        fleet.coordinator("c1")
+        h.new_worker()
+        h.new_worker()
+        _warm_up(h)
+        step("fleet: both workers warm")
+        yield h
+    finally:
+        fleet.close()
+        h.close()
+
+
+def warm_name(h: Harness, worker: str) -> str:
+    """An MV name whose task lands on a partition ``worker`` holds now."""
+    return next(
+        f"warm_{worker}_{i}" for i in range(1000) if h.owner_of_partition(f"mv:warm_{worker}_{i}") == worker
+    )
+
+
+def _warm_up(h: Harness) -> None:
+    """Start both workers' Spark JVMs at once: one tiny MV on a partition of each."""
+    h.pair()
+    step("fleet: workers share the partitions")
+    names = [warm_name(h, w.name) for w in h.live_workers()]
+    for name in names:
+        h.ok(f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders")
+    for name in names:
+        h.wait_run(f"mv:{name}", states={"COMPLETED"}, timeout_s=180)
+
+
+@pytest.fixture
+def h(harness: Harness) -> Iterator[Harness]:
+    """The module harness; prints what the roles logged during the test (shown when it fails)."""
+    sizes = {role.name: len(role.log()) for role in harness.fleet.roles}
+    step("test starts")
+    yield harness
+    step("test ends")
+    for role in harness.fleet.roles:
+        text = role.log()[sizes.get(role.name, 0) :]
+        print(f"===== {role.name} (pid {role.pid}, {'alive' if role.alive else 'exited'}) =====")
+        print(text[-15000:])
+
+
+# -- checks ----------------------------------------------------------------------------------------
+def query_rows(h: Harness, query: str, table: str) -> list[tuple[Any, ...]]:
+    path = f"{h.settings.warehouse}/{table}"
+    sql = query.replace(f"FROM {table} ", f"FROM delta.`{path}` ").replace(
+        f"JOIN {table} ", f"JOIN delta.`{path}` "
+    )
+    return sorted(tuple(r) for r in h.spark.sql(sql).collect())
+
+
+def mv_rows(h: Harness, name: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in read_table(h.spark, h.settings, name))
+
+
+def mv_commits(h: Harness, name: str) -> list[tuple[int, int, dict[str, int], str]]:
+    """(Delta version, epoch, watermark, run id) of every refresh commit of an MV, oldest first."""
+    out = []
+    for commit in reversed(delta_history(h.spark, h.settings, name)):
+        meta = decode_user_metadata(commit["userMetadata"])
+        if meta is not None:
+            out.append((commit["version"], meta.epoch, meta.watermark, meta.run_id))
+    return out
+
+
+def assert_applied_once(commits: list[tuple[int, int, dict[str, int], str]]) -> None:
+    """No refresh result landed twice, and no older epoch committed after a newer one."""
+    seen = [(epoch, tuple(sorted(wm.items()))) for _, epoch, wm, _ in commits]
+    assert len(seen) == len(set(seen)), f"a refresh result was applied twice: {commits}"
+    epochs = [epoch for _, epoch, _, _ in commits]
+    assert epochs == sorted(epochs), f"an older epoch committed after a newer one: {commits}"
+
+
+def caught_up(h: Harness, task_id: str, table: str) -> bool:
+    task = h.task(task_id)
+    return bool(task and task["checkpoint"].get(table) == latest_version(h.settings, table))
+
+
+def slow_mv_running_on_owner(h: Harness, name: str) -> tuple[dict[str, Any], Role, Role]:
+    """Create the slow MV and return the RUNNING record of its first refresh (the workers' JVMs
+    are warm: its Spark job is under way) with (its worker, the other worker)."""
+    task_id = f"mv:{name}"
+    h.ok(f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS {SLOW_QUERY}")
+    running = h.wait_run(task_id, states={"RUNNING"})
+    step(f"{name}: first refresh running on {running['worker_id']}")
+    workers = {w.name: w for w in h.live_workers()}
+    owner = workers.pop(running["worker_id"])
+    (other,) = workers.values()
+    return running, owner, other
+
+
+def cli(capsys: pytest.CaptureFixture[str], statement: str) -> tuple[int, str, str]:
+    code = cli_main(["sql", statement, "--timeout", "60"])
+    out, err = capsys.readouterr()
+    return code, out.strip(), err.strip()
+
+
+# -- lifecycle -------------------------------------------------------------------------------------
+def test_lifecycle_preconditions_through_the_users_path(
+    h: Harness, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {
+        "MVS_BOOTSTRAP_SERVERS": h.settings.bootstrap_servers,
+        "MVS_NAMESPACE": h.settings.namespace,
+        "MVS_WAREHOUSE": h.settings.warehouse,
+    }.items():
+        monkeypatch.setenv(key, value)
+
+    # Normal → Paused, a repeated pause is a no-op; a paused MV cannot be refreshed.
+    h.ok(f"CREATE MATERIALIZED VIEW life REFRESH COMPLETE EVERY 1 SECONDS AS {BY_REGION}")
+    wait_until(lambda: caught_up(h, "mv:life", "orders"), what="life refreshed")
+    assert cli(capsys, "ALTER MATERIALIZED VIEW life PAUSE")[:2] == (0, "OK mv:life")
+    paused = h.task("mv:life")
+    assert paused is not None and paused["state"] == "PAUSED"
+    assert cli(capsys, "ALTER MATERIALIZED VIEW life PAUSE")[:2] == (0, "OK mv:life")
+    again = h.task("mv:life")
+    assert again is not None and (again["state"], again["epoch"]) == ("PAUSED", paused["epoch"])
+    assert cli(capsys, "REFRESH MATERIALIZED VIEW life") == (
+        1,
+        "",
+        "ERROR 1001: cannot refresh a task in state PAUSED: resume the task before refreshing it",
+    )
+
+    step("A paused MV ")
+    # A paused MV does not refresh after an append, while a running one (the probe) does, several
+    # times: the paused one had as many chances to run.
+    mark = h.mark()
+    append(h.spark, h.settings, "orders", order_rows(100, 3))
+    new_version = latest_version(h.settings, "orders")
+    h.ok(f"CREATE MATERIALIZED VIEW probe REFRESH COMPLETE EVERY 1 SECONDS AS {BY_REGION}")
+    wait_until(lambda: caught_up(h, "mv:probe", "orders"), what="probe refreshed")
+    wait_until(
+        lambda: len({r["run_id"] for r in h.runs_of("mv:probe", mark) if r["state"] in TERMINAL}) >= 3,
+        what="the probe's next scheduled runs",
+    )
+    assert [r for r in h.runs_of("mv:life", mark)] == []
+    assert h.task("mv:life")["checkpoint"]["orders"] < new_version  # type: ignore[index]
+
+    step("Paused → Nor")
+    # Paused → Normal; resuming a Normal MV is refused; the resumed MV catches up.
+    assert cli(capsys, "ALTER MATERIALIZED VIEW life RESUME")[:2] == (0, "OK mv:life")
+    assert cli(capsys, "ALTER MATERIALIZED VIEW life RESUME") == (
+        1,
+        "",
+        "ERROR 1001: cannot resume a task in state NORMAL: only a paused or warning task can be resumed",
+    )
+    wait_until(lambda: caught_up(h, "mv:life", "orders"), what="resumed MV refreshed")
+    assert mv_rows(h, "life") == query_rows(h, BY_REGION, "orders")
+
+    step("Warning (a r")
+    # Warning (a run failed, a retry is scheduled) → Paused → Normal, and Warning → Normal.
+    boom = "SELECT id, amount DIV (id - id) AS x FROM orders"  # division by zero when it runs
+    h.ok(f"CREATE MATERIALIZED VIEW shaky REFRESH COMPLETE ON DEMAND AS {boom}")
+    warning = wait_until(
+        lambda: (t := h.task("mv:shaky")) and t["state"] == "WARNING" and t, what="shaky in WARNING"
+    )
+    assert warning["error"]["code"] == 2001
+    assert h.sql("ALTER MATERIALIZED VIEW shaky PAUSE")["accepted"]
+    assert h.task("mv:shaky")["state"] == "PAUSED"  # type: ignore[index]
+    assert h.sql("ALTER MATERIALIZED VIEW shaky RESUME")["accepted"]
+    resumed = wait_until(
+        lambda: (t := h.task("mv:shaky")) and t["state"] == "WARNING" and t["epoch"] > warning["epoch"] and t,
+        what="shaky failing again after resume",
+    )
+    assert h.sql("ALTER MATERIALIZED VIEW shaky RESUME")["accepted"]  # from WARNING
+    after = h.task("mv:shaky")
+    assert after is not None and after["epoch"] == resumed["epoch"] + 1
+
+    step("Failed → onl")
+    # Failed → only drop.
+    failed = h.sql(
+        "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 1 SECONDS AS SELECT * FROM nowhere"
+    )
+    assert failed["error"]["code"] == 1001 and "nowhere" in failed["error"]["message"]
+    assert h.task("mv:broken")["state"] == "FAILED"  # type: ignore[index]
+    only_drop = "a failed task can only be dropped"
+    for statement, verb in [
+        ("ALTER MATERIALIZED VIEW broken PAUSE", "pause"),
+        ("ALTER MATERIALIZED VIEW broken RESUME", "resume"),
+        ("REFRESH MATERIALIZED VIEW broken", "refresh"),
+        ("ALTER MATERIALIZED VIEW broken REFRESH EVERY 5 SECONDS", "alter"),
+    ]:
+        assert cli(capsys, statement) == (
+            1,
+            "",
+            f"ERROR 1001: cannot {verb} a task in state FAILED: {only_drop}",
+        )
+    assert cli(capsys, "DROP MATERIALIZED VIEW broken")[:2] == (0, "OK mv:broken")
+    assert h.task("mv:broken") is None
+    for name in ("life", "probe", "shaky"):
+        h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- stale epochs ----------------------------------------------------------------------------------
+def coordinator_epoch(h: Harness) -> int:
+    return max(int(m.value["coordinator_epoch"]) for m in read_to_end(h.settings, "manager") if m.value)
+
+
+def test_stale_epoch_command_and_report_are_ignored(h: Harness) -> None:
+    h.ok("CREATE MATERIALIZED VIEW fenced REFRESH COMPLETE ON DEMAND AS SELECT id, amount FROM orders")
+    h.wait_run("mv:fenced", states={"COMPLETED"})
+    h.ok("ALTER MATERIALIZED VIEW fenced PAUSE")
+    h.ok("ALTER MATERIALIZED VIEW fenced RESUME")
+    task = wait_until(
+        lambda: (t := h.task("mv:fenced")) and t["owner"] and t["state"] == "NORMAL" and t,
+        what="fenced resumed and owned",
+    )
+    epoch, owner = task["epoch"], task["owner"]
+    assert epoch >= 3
+    h.wait_run("mv:fenced", states=TERMINAL, epoch=epoch)  # the run the resume started is over
+    producer = TypedProducer(h.settings)
+    header = {"coordinator_epoch": coordinator_epoch(h), "task_id": "mv:fenced", "safepoint": None}
+
+    # A REFRESH_NOW of an older epoch does nothing; the same command at the current epoch runs once.
+    mark = h.mark()
+    for command_epoch in (epoch - 1, epoch):
+        command = {**header, "command_id": uuid.uuid4().hex, "kind": "REFRESH_NOW", "epoch": command_epoch}
+        producer.send("maintainer", "mv:fenced", command)
+    producer.flush()
+    done = h.wait_run("mv:fenced", states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
+    assert {r["run_id"] for r in h.runs_of("mv:fenced", mark)} == {done["run_id"]}
+    assert done["epoch"] == epoch
+    worker_log = h.fleet.role(owner).log()
+    assert f"mv:fenced: ignoring stale REFRESH_NOW (epoch {epoch - 1} < {epoch})" in worker_log
+
+    step("A heartbeat ")
+    # A heartbeat status of an older epoch changes nothing in the catalog, even from another worker
+    # claiming a failure and a far-ahead checkpoint; the owner's later report still applies.
+    before = h.task("mv:fenced")
+    assert before is not None
+    stale_status = {
+        "task_id": "mv:fenced",
+        "epoch": epoch - 1,
+        "state": "FAILED",
+        "checkpoint": {"orders": 999},
+        "last_run": None,
+        "next_run_at": None,
+        "error": {"code": 4001, "message": "stale", "severity": "FATAL", "retryable": False, "at": 0},
+    }
+    heartbeat = {
+        "worker_id": "ghost",
+        "sent_at": 0,
+        "coordinator_epoch": header["coordinator_epoch"],
+        "full": True,
+        "statuses": [stale_status],
+        "removed": [],
+    }
+    producer.send("coordinator", "ghost", heartbeat)
+    producer.flush()
+    producer.close()
+    mark = h.mark()
+    h.ok("REFRESH MATERIALIZED VIEW fenced")  # the owner's report of this run comes after the ghost's
+    refreshed = h.wait_run("mv:fenced", states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
+    after = wait_until(
+        lambda: (t := h.task("mv:fenced")) and t["last_run"]["run_id"] == refreshed["run_id"] and t,
+        what="the owner's report of the new run in the catalog",
+    )
+    assert (after["state"], after["epoch"], after["owner"], after["error"]) == ("NORMAL", epoch, owner, None)
+    assert after["checkpoint"] == before["checkpoint"] != {"orders": 999}
+    h.ok("DROP MATERIALIZED VIEW fenced")
+
+
+# -- coordinator failover --------------------------------------------------------------------------
+def results_for(h: Harness, event_id: str) -> list[dict[str, Any]]:
+    return [
+        m.value for m in read_to_end(h.settings, "ddl.results") if m.value and m.value["event_id"] == event_id
+    ]
+
+
+def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None:
+    from workers.ddl.parser import parse_statement
+
+    active = next(r for r in h.fleet.roles if r.kind == "coordinator" and r.alive)
+    standby = h.fleet.coordinator("c2")
+    group = h.settings.group("coordinator")
+    wait_until(
+        lambda: owners_of(h.settings, group) == {active.name: [0], standby.name: []},
+        what="two coordinators in the group, the first one active",
+    )
+
+    # A zombie coordinator: frozen while the standby takes over, then woken up. Its producer is
+    # fenced by the new one's transactional.id; it stands by and applies nothing.
+    active.freeze()
+    create = parse_statement(
+        "CREATE MATERIALIZED VIEW ha REFRESH COMPLETE ON DEMAND AS SELECT region, amount FROM orders",
+        issued_by="test-fleet",
+    )
+    h.client.publish(create)  # nobody applies it until the standby is active
+    wait_until(lambda: owners_of(h.settings, group).get(standby.name) == [0], what="standby holds the DDL")
+    wait_until(lambda: results_for(h, create["event_id"]), what="the DDL applied by the new coordinator")
+    active.thaw()
+    wait_until(lambda: "coordinator standing by" in active.log(), what="the old coordinator standing by")
+    # DDL is one ordered partition: once this later statement is answered, a second answer to
+    # the first one would have come already.
+    h.ok("REFRESH MATERIALIZED VIEW ha")
+    assert len(results_for(h, create["event_id"])) == 1
+    assert active.alive
+
+    step("kill -9 of t")
+    # kill -9 of the active coordinator; DDL published while nobody is active is applied once.
+    standby.kill()
+    create2 = parse_statement(
+        "CREATE MATERIALIZED VIEW ha2 REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders",
+        issued_by="test-fleet",
+    )
+    h.client.publish(create2)
+    wait_until(lambda: owners_of(h.settings, group).get(active.name) == [0], what="first coordinator back")
+    h.ok("REFRESH MATERIALIZED VIEW ha2")
+    (result,) = results_for(h, create2["event_id"])
+    assert result["accepted"] and result["task_id"] == "mv:ha2"
+    for name in ("ha", "ha2"):
+        creations = [
+            m
+            for m in read_to_end(h.settings, "catalog")
+            if m.key == f"mv:{name}" and m.value and m.value["created_at"] == m.value["updated_at"]
+        ]
+        assert len(creations) == 1, f"{name} created {len(creations)} times"
+        h.wait_run(f"mv:{name}", states={"COMPLETED"})
+        assert table_exists(h.settings, name)
+        h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- two owners racing -----------------------------------------------------------------------------
+def test_old_owner_waking_after_its_task_moved_cannot_overwrite_the_new_result(h: Harness) -> None:
+    h.pair()
+    running, old, new = slow_mv_running_on_owner(h, "race")
+    old.freeze()  # mid-refresh, JVM and all: it holds its result and thinks it owns the task
+    moved = h.wait_run("mv:race", states={"COMPLETED"}, worker_id=new.name, timeout_s=90)
+    step("race: the new owner completed")
+    assert moved["epoch"] > running["epoch"]
+    version = latest_version(h.settings, "big")
+    assert moved["watermark_after"] == {"big": version}
+    old.thaw()
+    # The old owner finds its partition gone: its run ends (cancelled, or its commit refused).
+    ended = h.wait_run("mv:race", states=TERMINAL, run_id=running["run_id"], timeout_s=90)
+    step(f"race: the old owner's run ended {ended['state']}: {ended['message']}")
+    h.pair()  # the old owner is back in the group
+
+    # The old owner's result never landed; the new owner's did, and nothing older came after it
+    # (the old owner may own the task again by now, under a yet newer epoch).
+    commits = mv_commits(h, "race")
+    assert_applied_once(commits)
+    by_run = {run_id: (epoch, watermark) for _, epoch, watermark, run_id in commits}
+    assert running["run_id"] not in by_run, f"the frozen owner's result was applied: {commits}"
+    assert by_run[moved["run_id"]] == (moved["epoch"], {"big": version})
+    assert mv_rows(h, "race") == query_rows(h, SLOW_QUERY, "big")
+    task = h.task("mv:race")
+    assert task is not None and task["state"] == "NORMAL" and task["epoch"] >= moved["epoch"]
+    h.ok("DROP MATERIALIZED VIEW race")
+
+
+# -- a worker dies ---------------------------------------------------------------------------------
+def test_kill_9_mid_refresh_moves_the_task_and_applies_each_result_once(h: Harness) -> None:
+    h.pair()
+    running, victim, survivor = slow_mv_running_on_owner(h, "slow")
+    victim.kill()
+
+    moved = h.wait_run("mv:slow", states={"RUNNING", "COMPLETED"}, worker_id=survivor.name, timeout_s=60)
+    step("slow: running on the survivor")
+    assert moved["epoch"] > running["epoch"], "the new owner runs under a raised epoch"
+    done = h.wait_run("mv:slow", states={"COMPLETED"}, worker_id=survivor.name)
+    step("slow: completed on the survivor")
+    version = latest_version(h.settings, "big")
+    assert done["watermark_after"] == {"big": version}
+    assert mv_rows(h, "slow") == query_rows(h, SLOW_QUERY, "big")
+    commits = mv_commits(h, "slow")
+    assert_applied_once(commits)
+    assert commits[-1][1:3] == (done["epoch"], {"big": version})
+    errors = [r for r in h.runs_of("mv:slow") if r["state"] == "ERROR"]
+    assert not errors, errors
+    task = wait_until(
+        lambda: (t := h.task("mv:slow")) and t["owner"] == survivor.name and t, what="catalog: the new owner"
+    )
+    assert task["state"] == "NORMAL" and task["epoch"] == done["epoch"]
+    h.ok("DROP MATERIALIZED VIEW slow")
+    # The SIGTERM test needs two warm workers: start the replacement's JVM now, while the next
+    # test runs (it waits for this MV).
+    replacement = h.new_worker()
+    h.pair()
+    h.warming = warm_name(h, replacement.name)
+    h.ok(f"CREATE MATERIALIZED VIEW {h.warming} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders")
+
+
+def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
+    spark: Any, local_settings: Settings
+) -> None:
+    """The Delta guard by itself: epoch e+1 commits first, then the late epoch-e commit is skipped."""
+    from workers.jobs.refresh import refresh_complete
+
+    create_table(spark, local_settings, "base", [{"id": 1, "v": 1}], "id BIGINT, v BIGINT")
+
+    def refresh(epoch: int, run_id: str) -> Any:
+        return refresh_complete(
+            spark,
+            local_settings,
+            task_id="mv:m",
+            mv_name="m",
+            query="SELECT id, v FROM base",
+            base_tables=["base"],
+            epoch=epoch,
+            run_id=run_id,
+            job_group=f"mvs-{run_id}",
+        )
+
+    newer = refresh(5, "new")
+    append(spark, local_settings, "base", [{"id": 2, "v": 2}])  # the late one even saw more data
+    older = refresh(4, "old")
+    assert newer.applied and not older.applied
+    assert "stale epoch 4" in older.message
+    metas = [decode_user_metadata(c["userMetadata"]) for c in delta_history(spark, local_settings, "m")]
+    assert [(m.epoch, m.run_id) for m in metas if m] == [(5, "new")]
+    assert sorted(r["id"] for r in read_table(spark, local_settings, "m")) == [1]
+
+
+def test_sigterm_hands_off_without_a_failed_run(h: Harness) -> None:
+    h.pair()
+    if h.warming:
+        h.wait_run(f"mv:{h.warming}", states={"COMPLETED"}, timeout_s=180)
+    step("handoff: both workers warm")
+    running, leaving, staying = slow_mv_running_on_owner(h, "handoff")
+    assert leaving.terminate() == 0
+    after = h.wait_run("mv:handoff", states={"RUNNING", "COMPLETED"}, worker_id=staying.name, timeout_s=15)
+    step("handoff: running on the other worker")
+    assert after["epoch"] > running["epoch"]
+    left = h.run("mv:handoff", states=TERMINAL, run_id=running["run_id"])
+    assert left is not None and left["state"] in ("CANCELED", "COMPLETED"), left
+    done = h.wait_run("mv:handoff", states={"COMPLETED"}, worker_id=staying.name)
+    step("handoff: completed")
+    errors = [r for r in h.runs_of("mv:handoff") if r["state"] == "ERROR"]
+    assert not errors, errors
+    assert mv_rows(h, "handoff") == query_rows(h, SLOW_QUERY, "big")
+    assert_applied_once(mv_commits(h, "handoff"))
+    task = wait_until(
+        lambda: (t := h.task("mv:handoff")) and t["owner"] == staying.name and t,
+        what="catalog: the new owner",
+    )
+    assert task["state"] == "NORMAL" and task["epoch"] == done["epoch"]

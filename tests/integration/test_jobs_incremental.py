@@ -1,0 +1,289 @@
+"""Incremental (FAST) refresh on real Spark + Delta: after inserts, deletes and updates on the base
+(CDF on through the MV log), the MV equals a complete refresh at the same base version — with
+duplicate rows, vanishing groups, MIN/MAX losing their extreme — plus the FAST/COMPLETE choice
+and its reasons, and Delta's idempotent-write fencing of replays and stale epochs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workers import warehouse
+from workers.config import Settings
+from workers.ddl.query import analyze_query, rename_tables
+from workers.jobs import incremental, mvlog, refresh, tables
+from workers.jobs.errors import ChangesNotRetained
+from workers.jobs.metadata import EPOCH_SHIFT, txn_version
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "id long, region string, amount long, price decimal(10,2)"
+PROJECTION = "SELECT region, amount * 10 AS amount10 FROM sales WHERE amount > 1"
+AGGREGATES = {
+    # Algebraic on inserts and most deletes (COUNT(*) and COUNT(amount) are visible).
+    "mv_sums": "SELECT region, COUNT(*) AS n, COUNT(amount) AS n_amount, SUM(amount) AS total, "
+    "MIN(amount) AS lo, MAX(amount) AS hi FROM sales GROUP BY region",
+    # AVG, a decimal SUM without its COUNT, and a WHERE: touched groups are recomputed.
+    "mv_avg": "SELECT region, AVG(amount) AS mean, SUM(price) AS revenue, MIN(amount) AS lo "
+    "FROM sales WHERE amount > 0 GROUP BY region",
+    "mv_all": "SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(amount) AS hi FROM sales",
+}
+
+
+def _row(i: int, region: str | None, amount: int | None) -> dict[str, Any]:
+    from decimal import Decimal
+
+    return {"id": i, "region": region, "amount": amount, "price": Decimal(i) / 4 if amount else None}
+
+
+def _dml(spark: Any, settings: Settings, statement: str) -> None:
+    spark.sql(statement.format(sales=f"delta.`{warehouse.table_path(settings, 'sales')}`"))
+
+
+def _base(spark: Any, settings: Settings, rows: list[dict[str, Any]], *, mv_log: bool = True) -> None:
+    tables.create_table(spark, settings, "sales", rows, SCHEMA)
+    if mv_log:
+        mvlog.create_mv_log(spark, settings, "sales")
+
+
+def _complete(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1, run: str = "c") -> Any:
+    return refresh.refresh_complete(
+        spark,
+        settings,
+        task_id=f"mv:{mv}",
+        mv_name=mv,
+        query=query,
+        base_tables=["sales"],
+        epoch=epoch,
+        run_id=run,
+        job_group=f"{mv}-{run}-{epoch}",
+    )
+
+
+def _fast(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1, run: str) -> Any:
+    plan = analyze_query(query).fast_refresh
+    assert plan is not None
+    return incremental.refresh_incremental(
+        spark,
+        settings,
+        task_id=f"mv:{mv}",
+        mv_name=mv,
+        query=query,
+        plan=plan,
+        epoch=epoch,
+        run_id=run,
+        job_group=f"{mv}-{run}-{epoch}",
+    )
+
+
+def _choose(spark: Any, settings: Settings, mv: str, query: str, mode: str = "FORCE") -> tuple[str, str]:
+    plan = analyze_query(query).fast_refresh
+    return incremental.choose_refresh(spark, settings, mode=mode, mv_name=mv, query=query, plan=plan)
+
+
+def _rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r.values()) for r in tables.read_table(spark, settings, name)), key=repr)
+
+
+def _query_at(spark: Any, settings: Settings, query: str, version: int) -> list[tuple[Any, ...]]:
+    """What refresh_complete computes at ``version`` (its query over the pinned base), unwritten."""
+    view = f"sales_at_{version}"
+    path = warehouse.table_path(settings, "sales")
+    spark.read.format("delta").option("versionAsOf", version).load(path).createOrReplaceTempView(view)
+    try:
+        return sorted(
+            (tuple(r) for r in spark.sql(rename_tables(query, {"sales": view})).collect()), key=repr
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _assert_like_complete(spark: Any, settings: Settings, mv: str, query: str, version: int) -> None:
+    """The MV holds exactly what refresh_complete writes at the base version it claims, in the
+    same columns (no helper columns)."""
+    watermark = refresh.read_watermark(spark, settings, mv)
+    assert watermark is not None and watermark.watermark == {"sales": version}
+    reference = f"{mv}_ref{version}"
+    assert _complete(spark, settings, reference, query).watermark_after == {"sales": version}
+    assert _rows(spark, settings, mv) == _rows(spark, settings, reference)
+    columns = spark.read.format("delta").load(warehouse.table_path(settings, mv)).columns
+    assert columns == spark.read.format("delta").load(warehouse.table_path(settings, reference)).columns
+
+
+def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    _base(
+        spark, s, [_row(1, "eu", 5), _row(2, "eu", 5), _row(3, "us", 3), _row(4, "us", 1), _row(5, None, 4)]
+    )
+    assert _complete(spark, s, "mv_p", PROJECTION).applied  # watermark v1 (v1 enabled CDF)
+
+    tables.append(spark, s, "sales", [_row(6, "eu", 5), _row(7, "ap", 0)])  # v2: inserts only
+    appended = _fast(spark, s, "mv_p", PROJECTION, run="i1")
+    assert appended.applied and "2 change rows applied" in appended.message and "appended" in appended.message
+    assert appended.watermark_before == {"sales": 1} and appended.watermark_after == {"sales": 2}
+    assert _rows(spark, s, "mv_p") == _query_at(spark, s, PROJECTION, 2)
+    assert _rows(spark, s, "mv_p").count(("eu", 50)) == 3
+
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")  # v3: one of three equal MV rows goes
+    # v4: id 3 leaves the WHERE, id 4 enters it, id 5 changes a column the MV does not show.
+    _dml(
+        spark,
+        s,
+        "UPDATE {sales} SET amount = CASE id WHEN 3 THEN 1 WHEN 4 THEN 7 ELSE amount END, "
+        "id = CASE id WHEN 5 THEN 105 ELSE id END WHERE id IN (3, 4, 5)",
+    )
+    tables.append(spark, s, "sales", [_row(8, "cn", 9)])  # v5 ...
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 8")  # v6: ... and gone again
+    result = _fast(spark, s, "mv_p", PROJECTION, run="i2")
+    assert result.applied and "9 change rows applied" in result.message, result.message
+    _assert_like_complete(spark, s, "mv_p", PROJECTION, 6)
+    assert _rows(spark, s, "mv_p").count(("eu", 50)) == 2
+
+    commit = tables.delta_history(spark, s, "mv_p")[0]
+    assert commit["operation"] == "MERGE" and commit["version"] == result.delta_version
+    assert json.loads(commit["userMetadata"]) == {
+        "mvs": {"task_id": "mv:mv_p", "epoch": 1, "run_id": "i2", "watermark": {"sales": 6}}
+    }
+    assert commit["txn"] == [{"appId": "mv:mv_p", "version": txn_version(1, {"sales": 6})}]
+    # The commit confs were set in the run's own session only.
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+    assert spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None) is None
+
+    replay = _fast(spark, s, "mv_p", PROJECTION, run="i3")  # same epoch, same base version
+    assert not replay.applied and "already applied" in replay.message
+    assert warehouse.latest_version(s, "mv_p") == result.delta_version
+
+
+def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    initial = [_row(1, "eu", 5), _row(2, "eu", 2), _row(3, "eu", 8), _row(4, "us", 3), _row(5, "us", 4)]
+    _base(spark, s, [*initial, _row(6, "ap", 6)])
+    for mv, query in AGGREGATES.items():
+        assert _complete(spark, s, mv, query).applied
+
+    # v2: inserts into existing groups, a new group, a NULL group key and a NULL amount.
+    tables.append(
+        spark, s, "sales", [_row(7, "eu", 1), _row(8, "cn", 4), _row(9, None, 2), _row(10, "ap", None)]
+    )
+    messages = {}
+    for mv, query in AGGREGATES.items():
+        result = _fast(spark, s, mv, query, run="i1")
+        assert result.applied and "4 change rows applied" in result.message, result.message
+        assert _rows(spark, s, mv) == _query_at(spark, s, query, 2), mv
+        messages[mv] = result.message
+    assert "0 recomputed" in messages["mv_sums"] and "0 recomputed" in messages["mv_all"]
+
+    # v3: eu loses its MIN (1) and us vanishes; v4: ap's only non-NULL amount moves to eu and the
+    # NULL group's MIN (2) becomes 3.
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 7 OR region = 'us'")
+    _dml(
+        spark,
+        s,
+        "UPDATE {sales} SET region = CASE id WHEN 6 THEN 'eu' ELSE region END, "
+        "amount = CASE id WHEN 9 THEN 3 ELSE amount END WHERE id IN (6, 9)",
+    )
+    for mv, query in AGGREGATES.items():
+        result = _fast(spark, s, mv, query, run="i2")
+        assert result.applied, result.message
+        _assert_like_complete(spark, s, mv, query, 4)
+        messages[mv] = result.message
+    # Recomputed from the base: eu and the NULL group (their MIN was deleted). us is deleted
+    # (COUNT(*) = 0) and ap's MIN/MAX/SUM become NULL (COUNT(amount) = 0) without recomputing.
+    assert "4 groups changed, 2 recomputed" in messages["mv_sums"], messages["mv_sums"]
+    sums = {r[0]: r for r in _rows(spark, s, "mv_sums")}
+    assert "us" not in sums and sums["eu"] == ("eu", 4, 4, 21, 2, 8)
+    assert sums["ap"] == ("ap", 1, 0, None, None, None)
+
+
+def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    sums = AGGREGATES["mv_sums"]
+    _base(spark, s, [_row(1, "eu", 5), _row(2, "us", 3)], mv_log=False)  # v0
+    assert _choose(spark, s, "mv_f", sums) == ("COMPLETE", "complete: first build")
+    assert _choose(spark, s, "mv_f", sums, mode="COMPLETE") == ("COMPLETE", "complete: refresh mode COMPLETE")
+    kind, why = _choose(spark, s, "mv_f", "SELECT region FROM sales ORDER BY region")
+    assert kind == "COMPLETE" and why == "complete: fast refresh is not possible: ORDER BY is not supported"
+
+    assert _complete(spark, s, "mv_f", sums).applied  # watermark v0
+    assert _choose(spark, s, "mv_f", sums) == ("COMPLETE", "complete: no MV log on sales")
+    with pytest.raises(ChangesNotRetained, match="no MV log on sales"):
+        _fast(spark, s, "mv_f", sums, run="f1")
+
+    mvlog.create_mv_log(spark, s, "sales")  # v1: the log starts right after the watermark
+    assert _choose(spark, s, "mv_f", sums) == ("FAST", "fast: changes of sales after v0 up to v1")
+    other = "SELECT region, COUNT(*) AS n FROM sales GROUP BY region"  # an ALTERed query
+    kind, why = _choose(spark, s, "mv_f", other)
+    assert kind == "COMPLETE" and "columns (region string, n bigint, n_amount bigint" in why
+    assert why.endswith("differ from the query's (region string, n bigint)")
+
+    tables.append(spark, s, "sales", [_row(3, "eu", 1)])  # v2
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")  # v3
+    assert mvlog.purge(spark, s, "sales", safepoint=3).rows_deleted == 1  # v2's change row is gone
+    expected = ("COMPLETE", "complete: change data before v3 was purged")
+    assert _choose(spark, s, "mv_f", sums, mode="FAST") == expected
+    plan = analyze_query(sums).fast_refresh
+    kind, result = incremental.refresh_with_mode(
+        spark,
+        s,
+        mode="FORCE",
+        task_id="mv:mv_f",
+        mv_name="mv_f",
+        query=sums,
+        base_tables=["sales"],
+        plan=plan,
+        epoch=1,
+        run_id="f2",
+        job_group="mv_f-f2",
+    )
+    assert kind == "COMPLETE" and result.applied
+    assert result.message.startswith("complete: change data before v3 was purged; wrote 2 rows")
+    _assert_like_complete(spark, s, "mv_f", sums, 3)
+
+    # Caught up again: the next refresh is incremental.
+    tables.append(spark, s, "sales", [_row(4, "us", 9)])  # v4
+    kind, result = incremental.refresh_with_mode(
+        spark,
+        s,
+        mode="FORCE",
+        task_id="mv:mv_f",
+        mv_name="mv_f",
+        query=sums,
+        base_tables=["sales"],
+        plan=plan,
+        epoch=1,
+        run_id="f3",
+        job_group="mv_f-f3",
+    )
+    assert kind == "FAST" and result.message.startswith("incremental: 1 change rows applied"), result.message
+    _assert_like_complete(spark, s, "mv_f", sums, 4)
+
+
+def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    sums = AGGREGATES["mv_sums"]
+    _base(spark, s, [_row(1, "eu", 5), _row(2, "us", 3)])  # v0, log at v1
+    assert _complete(spark, s, "mv_s", sums, epoch=1).applied  # watermark v1, epoch 1
+    before = _rows(spark, s, "mv_s")
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")  # v2
+
+    # A new owner (epoch 3) has started: its first step fences the MV for its epoch. The old owner
+    # (epoch 2) still read epoch 1's watermark, computes its MERGE, and Delta skips the commit.
+    mv_version = warehouse.latest_version(s, "mv_s")
+    incremental._fence(spark, s, "mv:mv_s", "mv_s", 3, "new-owner", 2)
+    fence = tables.delta_history(spark, s, "mv_s")[0]
+    assert (
+        fence["txn"] == [{"appId": "mv:mv_s", "version": 3 * EPOCH_SHIFT}]
+        and fence["version"] == mv_version + 1
+    )
+    stale = _fast(spark, s, "mv_s", sums, epoch=2, run="old-owner")
+    assert not stale.applied and "txnVersion" in stale.message, stale.message
+    assert warehouse.latest_version(s, "mv_s") == mv_version + 1 and _rows(spark, s, "mv_s") == before
+
+    # The new owner applies; the old one, now seeing epoch 3's watermark, does not even try.
+    fresh = _fast(spark, s, "mv_s", sums, epoch=3, run="new-owner")
+    assert fresh.applied and fresh.watermark_after == {"sales": 2}
+    _assert_like_complete(spark, s, "mv_s", sums, 2)
+    again = _fast(spark, s, "mv_s", sums, epoch=2, run="old-owner-2")
+    assert not again.applied and "stale epoch 2: epoch 3 already wrote" in again.message
