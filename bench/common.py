@@ -30,10 +30,13 @@ def report(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]],
     print(json.dumps(figures, sort_keys=True))
 
 
+WORKER_ID = "bench"  # the worker the benchmark tasks are issued to (a manager starts only its own)
+
+
 def mv_task(
     name: str, *, trigger: str, interval_ms: int | None, query: str, base_tables: Sequence[str] = ()
 ) -> Record:
-    """A TaskRecord as the coordinator hands it to a manager (ADD_MAINTAINER)."""
+    """A TaskRecord as the coordinator hands it to worker WORKER_ID (ADD_MAINTAINER)."""
     spec = {
         "query": query,
         "refresh_mode": "COMPLETE",
@@ -41,4 +44,4 @@ def mv_task(
         "base_tables": list(base_tables),
     }
     ctx = Context(now_ms=0, coordinator_epoch=1, table_exists=lambda table: True)
-    return new_task(f"mv:{name}", "MV", name, ctx, mv=spec)
+    return {**new_task(f"mv:{name}", "MV", name, ctx, mv=spec), "owner": WORKER_ID}

@@ -1,6 +1,6 @@
 """Run every benchmark in turn (each prints its table and, last, its JSON line).
 
-    .venv/bin/python -m bench.run_all
+.venv/bin/python -m bench.run_all
 """
 
 from __future__ import annotations

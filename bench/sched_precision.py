@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import mv_task, percentile, report
+from bench.common import WORKER_ID, mv_task, percentile, report
 from workers.config import Settings
 from workers.sched.due import DueQueue
 from workers.worker.manager import Manager
@@ -94,7 +94,9 @@ class NoopRunner:
 
 
 def run_mvs(tasks: int, interval_s: float, seconds: float, slots: int) -> tuple[list[float], float]:
-    settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(), max_concurrent_runs=slots)
+    settings = Settings(
+        namespace="bench", worker_id=WORKER_ID, warehouse=tempfile.mkdtemp(), max_concurrent_runs=slots
+    )
     t0 = time.monotonic() + 0.5
     lateness = Lateness(t0 + interval_s, t0 + seconds)
     due = RecordingDueQueue()
@@ -175,6 +177,9 @@ def main() -> None:
     rows, figures = [], {"tasks": args.tasks, "interval_s": args.interval, "goal_p99_ms": GOAL_P99_MS}
     for name, fn in (("mvs", run_mvs), ("apscheduler", run_apscheduler)):
         samples, cpu = fn(args.tasks, args.interval, args.seconds, args.slots)
+        expected = args.tasks * (args.seconds - args.interval) / args.interval
+        if len(samples) < 0.9 * expected:  # a broken path must not pass as a quiet table
+            raise SystemExit(f"{name}: only {len(samples)} runs measured, expected about {expected:.0f}")
         ms = [s * 1000 for s in samples]
         p50, p99, worst = percentile(ms, 50), percentile(ms, 99), max(ms, default=math.nan)
         rows.append([name, len(ms), f"{p50:.1f}", f"{p99:.1f}", f"{worst:.1f}", f"{cpu:.0f}%"])

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.common import mv_task, percentile, report
+from bench.common import WORKER_ID, mv_task, percentile, report
 from workers.config import Settings
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append, create_table
@@ -66,7 +66,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--real", type=int, default=5, help="real refreshes timed for contrast")
     args = parser.parse_args()
-    settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(), max_concurrent_runs=1)
+    settings = Settings(
+        namespace="bench", worker_id=WORKER_ID, warehouse=tempfile.mkdtemp(), max_concurrent_runs=1
+    )
     spark = get_spark(settings)
     create_table(spark, settings, "sales", rows(0, 30), "id BIGINT, region STRING, amount BIGINT")
     jobs = JobCounter(spark)

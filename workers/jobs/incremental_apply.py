@@ -128,7 +128,7 @@ def projection_merge(scope: Scope, query: str, base: str, changes: DataFrame, mv
     pairs = [(c, c) for c in cols]
     old = (
         mv.alias("m")
-        .join(shrinking.alias("n"), null_safe("m", "n", pairs), "left_semi")
+        .join(F.broadcast(shrinking).alias("n"), null_safe("m", "n", pairs), "left_semi")
         .groupBy(*keyed)
         .agg(F.count(F.lit(1)).alias(OLD))
     )
@@ -230,7 +230,11 @@ def aggregate_merge(
     delta = rows.groupBy(*[F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]).agg(*exprs)
     delta = delta.where(F.col(f"{_P}rows") > 0)  # a global aggregate yields one row even for no input
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
-    marked = mv.withColumn(PRESENT, F.lit(True))
+    # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
+    touched = mv.alias("m").join(
+        F.broadcast(delta).alias("d"), null_safe("m", "d", [(m, k) for k, m in dkeys]), "left_semi"
+    )
+    marked = touched.withColumn(PRESENT, F.lit(True))
     joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
     def old(a: _Agg) -> Column:

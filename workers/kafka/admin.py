@@ -8,6 +8,7 @@ i.e. tasks between owners and catalog partitions.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +23,12 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from workers.config import Settings
-from workers.kafka.clients import lazy_admin
+from workers.kafka.clients import heartbeat_interval_ms, lazy_admin
 from workers.kafka.errors import BusError
 from workers.kafka.retry import ADMIN_RETRY, METADATA_RETRY, RetryPolicy
 from workers.topics import TopicSpec, topics
+
+log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 15.0
 
@@ -222,23 +225,29 @@ def configure_group(settings: Settings, group_id: str, *, retry: RetryPolicy = A
     """With ``group.protocol=consumer`` the session timeout is a broker-side group config:
     set it (and the heartbeat interval) from ``Settings`` so failover is as fast as with the
     classic protocol. A no-op for the classic protocol, whose clients set it themselves, and with
-    ``session_timeout_ms=0`` (the broker's group defaults stand)."""
+    ``session_timeout_ms=0`` (the broker's group defaults stand).
+
+    A broker may refuse values below its ``group.consumer.min.*`` settings: then its defaults stand
+    (failover takes as long as they say) and a warning says so — the role still starts."""
     if settings.group_protocol != "consumer" or settings.session_timeout_ms <= 0:
         return
     session = settings.session_timeout_ms
-    entries = [
-        ConfigEntry("consumer.session.timeout.ms", str(session), incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry(
-            "consumer.heartbeat.interval.ms",
-            str(max(500, session // 3)),
-            incremental_operation=AlterConfigOpType.SET,
-        ),
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=entries)
     admin = lazy_admin(settings).get()
+    # One request per setting: a refused heartbeat interval must not cost the session timeout.
+    for name, value in (
+        ("consumer.session.timeout.ms", session),
+        ("consumer.heartbeat.interval.ms", heartbeat_interval_ms(session, floor_ms=500)),
+    ):
+        entry = ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[entry])
 
-    def alter() -> None:
-        (future,) = admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S).values()
-        _result(f"configure group {group_id}", future)
+        def alter(resource: ConfigResource = resource) -> None:
+            (future,) = admin.incremental_alter_configs(
+                [resource], request_timeout=REQUEST_TIMEOUT_S
+            ).values()
+            _result(f"configure group {group_id}", future)
 
-    retry.call(alter)
+        try:
+            retry.call(alter)
+        except BusError as exc:
+            log.warning("group %s keeps the broker's %s: %s", group_id, name, exc)

@@ -65,6 +65,11 @@ def producer_config(
     return {**config, **(extra or {})}
 
 
+def heartbeat_interval_ms(session_timeout_ms: int, floor_ms: int = 100) -> int:
+    """Group heartbeat interval for a session timeout: a third of it, at most 500 ms."""
+    return max(floor_ms, min(500, session_timeout_ms // 3))
+
+
 def consumer_config(
     settings: Settings, group_id: str, *, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -82,7 +87,9 @@ def consumer_config(
         config["partition.assignment.strategy"] = "cooperative-sticky"
         if settings.session_timeout_ms > 0:  # 0: librdkafka's defaults (45 s / 3 s)
             config["session.timeout.ms"] = str(settings.session_timeout_ms)
-            config["heartbeat.interval.ms"] = str(max(100, settings.session_timeout_ms // 3))
+            # A member learns of a rebalance (a worker left: take over its tasks) from a heartbeat
+            # answer, so the interval bounds a graceful handoff; heartbeats are cheap.
+            config["heartbeat.interval.ms"] = str(heartbeat_interval_ms(settings.session_timeout_ms))
     # group.protocol=consumer (KIP-848): assignor, session timeout and heartbeat are broker-side.
     return {**config, **(extra or {})}
 

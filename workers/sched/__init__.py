@@ -16,7 +16,7 @@ from workers.sched.retry import (
     is_retryable,
     retrying,
 )
-from workers.sched.runs import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
+from workers.sched.runs import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus, TaskGauges
 from workers.sched.triggers import ON_CHANGE_POLL_S, next_refresh_due
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "RunOutcome",
     "SubmitStatus",
     "SystemClock",
+    "TaskGauges",
     "Wakeup",
     "is_retryable",
     "next_refresh_due",

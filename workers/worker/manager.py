@@ -43,6 +43,7 @@ PARTITIONS = topic_spec("manager").partitions
 FULL_HEARTBEAT_EVERY_S = 10.0
 RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
+REVOKE_WAIT_S = 1.0  # how long a revocation waits for its cancelled runs before letting go
 
 
 class Manager(LoopRole):
@@ -75,6 +76,8 @@ class Manager(LoopRole):
         # Tasks whose partition moved here from another owner: (catalog record, monotonic time it
         # arrived), kept until the coordinator raises the epoch for us (see the module doc).
         self.waiting: dict[str, tuple[Record, float]] = {}
+        # Maintainers of revoked tasks whose cancelled run has not ended yet (see _on_revoke).
+        self.draining: dict[str, Maintainer] = {}
         self._outbox: deque[tuple[str, str, Record]] = deque()
         self._dirty: set[str] = set()
         self._removed: set[str] = set()
@@ -131,12 +134,22 @@ class Manager(LoopRole):
             leaving.append(task_id)
         for task_id in leaving:
             self._stop(task_id)
-        # Runs are cancelled and awaited so the next owner never races a live Spark job of ours.
+        # A cancelled run usually ends within a fraction of a second: wait that long, so it is over
+        # (and recorded) before the partition goes. But the handoff is never held hostage by a run
+        # that cannot stop yet (its Spark may still be starting): that one drains in the background,
+        # and whatever it commits is fenced by the epoch the coordinator raises for the new owner.
+        deadline = self.clock.monotonic() + REVOKE_WAIT_S
         for task_id in leaving:
-            self._await_run_end(task_id)
-            self.owned.pop(task_id, None)
+            self.executor.wait_idle(task_id, max(0.0, deadline - self.clock.monotonic()))
+        if not self._pollers:
+            self.maintainers.run_pending()
+        for task_id in leaving:
+            maintainer = self.owned.pop(task_id, None)
             self.partition_of.pop(task_id, None)
-            self.maintainers.unregister(task_id)
+            if maintainer is not None and maintainer.running is not None:
+                self.draining[task_id] = maintainer  # stays registered: its outcome is still recorded
+            else:
+                self.maintainers.unregister(task_id)
         self._task_commands.unassign("maintainer", sorted(lost))
         self._publish_outbox()
         self._send_heartbeat(full=False, removed=leaving)
@@ -161,6 +174,8 @@ class Manager(LoopRole):
 
     def add_task(self, task: Record, partition: int) -> None:
         task_id = task["task_id"]
+        if self.draining.pop(task_id, None) is not None:
+            self.maintainers.unregister(task_id)  # back here: the old run's outcome no longer matters
         existing = self.owned.get(task_id)
         if existing is not None:
             self.maintainers.send(task_id, Update(task))
@@ -310,6 +325,7 @@ class Manager(LoopRole):
             self._commit(self._task_commands, task_message)
         self._start_unanswered_claims()
         self.tick()
+        self._reap_drained()
         self._publish_outbox()
         now = self.clock.monotonic()
         if now - self._last_reconcile >= RECONCILE_EVERY_S:
@@ -334,6 +350,12 @@ class Manager(LoopRole):
             if exc.fatal:
                 raise
             log.info("commit of %s[%d]@%d skipped: %s", message.topic, message.partition, message.offset, exc)
+
+    def _reap_drained(self) -> None:
+        for task_id, maintainer in list(self.draining.items()):
+            if maintainer.running is None:  # its outcome was handled (and recorded)
+                del self.draining[task_id]
+                self.maintainers.unregister(task_id)
 
     def _start_unanswered_claims(self) -> None:
         """Without an active coordinator nobody raises epochs: a claim unanswered for the heartbeat
@@ -385,14 +407,17 @@ class Manager(LoopRole):
             self._remove(task_id, drop_data=False)
 
     def close(self) -> None:
-        """Leave the group cleanly: revocation stops every maintainer before the partitions go."""
+        """Leave the group cleanly: revocation stops every maintainer and releases the partitions
+        (within REVOKE_WAIT_S); then runs still draining are awaited and their outcomes published."""
+        log.info("%s leaving the group", self.worker_id)
         self._commands.close()
         self._task_commands.close()
-        self._publish_outbox()
-        self._producer.flush()
-        self.executor.shutdown(cancel_running=True)
+        self.executor.shutdown(cancel_running=True, timeout_s=STOP_RUN_TIMEOUT_S)
         if self._pollers:
             self.maintainers.stop()
+        self.maintainers.run_pending()  # the drained runs' outcomes, into the outbox
+        self._publish_outbox()
+        self._producer.flush()
         self.metrics.untrack_tasks(self.worker_id)
         self.metrics.untrack_executor(self.executor)
 
