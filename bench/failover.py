@@ -9,8 +9,9 @@ warehouse, a coordinator, two workers and four small ON DEMAND MVs.
 A kill trial picks a target MV, SIGKILLs the process group (Python and JVM) of the worker holding
 its partition, starts a replacement worker at once, and measures from the kill to
 - claim: the first heartbeat of another worker reporting the task (it claims it at the old epoch);
-- owned: the first heartbeat of that worker reporting the task under the epoch the coordinator
-  raised for it — its maintainer is running there. This is "running elsewhere", the goal's figure;
+- owned: the task's maintainer runs on another worker under the epoch the coordinator raised for
+  it — the first record saying so: a run record of any state (PENDING: its run was submitted) or a
+  heartbeat status under that epoch. This is "running elsewhere", the goal's figure;
 - run: the task's first RUNNING run record on that worker (the Spark body started). It also counts
   the new owner's run queue and, on a fresh replacement, its Spark JVM start.
 All from the records' own times (``Heartbeat.sent_at``, ``RunRecord.started_at``).
@@ -187,7 +188,21 @@ class Cell:
 
         limit = max(self.session_ms, 45_000) / 1000 + 60
         claim = wait_until(lambda: reported(False), timeout_s=limit, what=f"{self.name}: {target} claimed")
-        owned = wait_until(lambda: reported(True), timeout_s=limit, what=f"{self.name}: {target} owned")
+
+        def started() -> float | None:
+            """Wall ms of the first sign of the new owner's maintainer (run record or heartbeat)."""
+            self.runs.poll(0.05)
+            times = [
+                float(r["started_at"])
+                for r in self.runs.records[runs_mark:]
+                if r["task_id"] == target and r["worker_id"] != victim.name and r["epoch"] > epoch
+            ]
+            beat = reported(True)
+            if beat is not None:
+                times.append(float(beat["sent_at"]))
+            return min(times) if times else None
+
+        owned_ms = wait_until(started, timeout_s=limit, what=f"{self.name}: {target} owned")
         run = wait_until(running, timeout_s=limit + 120, what=f"{self.name}: {target} run started")
         if kind == TERM:
             assert victim.process.wait(60) == 0, f"{victim.name} exited {victim.process.returncode}"
@@ -196,9 +211,9 @@ class Cell:
             kind,
             target,
             victim.name,
-            owned["worker_id"],
+            run["worker_id"],
             (claim["sent_at"] - t0_ms) / 1000,
-            (owned["sent_at"] - t0_ms) / 1000,
+            (owned_ms - t0_ms) / 1000,
             (run["started_at"] - t0_ms) / 1000,
         )
         self.trials.append(result)

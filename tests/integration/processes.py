@@ -103,6 +103,10 @@ class Role:
     def thaw(self) -> None:
         self._group_signal(signal.SIGCONT)
 
+    def sigterm(self) -> None:
+        """Ask the role to stop (its orderly shutdown); ``process.wait()`` for the exit."""
+        self.process.send_signal(signal.SIGTERM)
+
     def terminate(self, timeout_s: float = 60.0) -> int:
         """SIGTERM the Python process (the role's orderly shutdown) and wait for it to exit."""
         self.process.send_signal(signal.SIGTERM)

@@ -78,6 +78,7 @@ class Harness:
         self.client = MvsClient(settings, issued_by="test-fleet")
         self._workers = 0
         self.warming: str | None = None  # an MV that starts a replacement worker's JVM
+        self.cold: str | None = None  # that replacement, until it is warm
 
     # roles
     def new_worker(self) -> Role:
@@ -169,15 +170,15 @@ def harness(
     fleet_settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Harness]:
     settings = fleet_settings
-    create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
-    create_table(spark, settings, "orders", order_rows(0, 12), ORDERS_SCHEMA)
     fleet = Fleet(settings, Path(tmp_path_factory.mktemp("fleet-logs")))
     h = Harness(settings, fleet, spark)
     try:
+        fleet.coordinator("c1")  # the roles start while this process writes the base tables
+        h.new_worker()
+        h.new_worker()
+        create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
+        create_table(spark, settings, "orders", order_rows(0, 12), ORDERS_SCHEMA)
         step("fleet: base tables created")
-        fleet.coordinator("c1")
-        h.new_worker()
-        h.new_worker()
         _warm_up(h)
         step("fleet: both workers warm")
         yield h
@@ -186,11 +187,18 @@ def harness(
         h.close()
 
 
+def name_on(h: Harness, prefix: str, *, on: str | None = None, off: str | None = None) -> str:
+    """An MV name (``prefix`` + a number) whose task lands on a partition that worker ``on`` holds
+    now, or that worker ``off`` does not hold (one still starting its JVM)."""
+    for i in range(1000):
+        owner = h.owner_of_partition(f"mv:{prefix}{i}")
+        if (on is None or owner == on) and (off is None or owner != off):
+            return f"{prefix}{i}"
+    raise AssertionError(f"no name for {prefix} on {on} / off {off}")
+
+
 def warm_name(h: Harness, worker: str) -> str:
-    """An MV name whose task lands on a partition ``worker`` holds now."""
-    return next(
-        f"warm_{worker}_{i}" for i in range(1000) if h.owner_of_partition(f"mv:warm_{worker}_{i}") == worker
-    )
+    return name_on(h, f"warm_{worker}_", on=worker)
 
 
 def _warm_up(h: Harness) -> None:
@@ -368,135 +376,6 @@ def test_lifecycle_preconditions_through_the_users_path(
         h.ok(f"DROP MATERIALIZED VIEW {name}")
 
 
-# -- stale epochs ----------------------------------------------------------------------------------
-def coordinator_epoch(h: Harness) -> int:
-    return max(int(m.value["coordinator_epoch"]) for m in read_to_end(h.settings, "manager") if m.value)
-
-
-def test_stale_epoch_command_and_report_are_ignored(h: Harness) -> None:
-    h.ok("CREATE MATERIALIZED VIEW fenced REFRESH COMPLETE ON DEMAND AS SELECT id, amount FROM orders")
-    h.wait_run("mv:fenced", states={"COMPLETED"})
-    h.ok("ALTER MATERIALIZED VIEW fenced PAUSE")
-    h.ok("ALTER MATERIALIZED VIEW fenced RESUME")
-    task = wait_until(
-        lambda: (t := h.task("mv:fenced")) and t["owner"] and t["state"] == "NORMAL" and t,
-        what="fenced resumed and owned",
-    )
-    epoch, owner = task["epoch"], task["owner"]
-    assert epoch >= 3
-    h.wait_run("mv:fenced", states=TERMINAL, epoch=epoch)  # the run the resume started is over
-    producer = TypedProducer(h.settings)
-    header = {"coordinator_epoch": coordinator_epoch(h), "task_id": "mv:fenced", "safepoint": None}
-
-    # A REFRESH_NOW of an older epoch does nothing; the same command at the current epoch runs once.
-    mark = h.mark()
-    for command_epoch in (epoch - 1, epoch):
-        command = {**header, "command_id": uuid.uuid4().hex, "kind": "REFRESH_NOW", "epoch": command_epoch}
-        producer.send("maintainer", "mv:fenced", command)
-    producer.flush()
-    done = h.wait_run("mv:fenced", states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
-    assert {r["run_id"] for r in h.runs_of("mv:fenced", mark)} == {done["run_id"]}
-    assert done["epoch"] == epoch
-    worker_log = h.fleet.role(owner).log()
-    assert f"mv:fenced: ignoring stale REFRESH_NOW (epoch {epoch - 1} < {epoch})" in worker_log
-
-    step("A heartbeat ")
-    # A heartbeat status of an older epoch changes nothing in the catalog, even from another worker
-    # claiming a failure and a far-ahead checkpoint; the owner's later report still applies.
-    before = h.task("mv:fenced")
-    assert before is not None
-    stale_status = {
-        "task_id": "mv:fenced",
-        "epoch": epoch - 1,
-        "state": "FAILED",
-        "checkpoint": {"orders": 999},
-        "last_run": None,
-        "next_run_at": None,
-        "error": {"code": 4001, "message": "stale", "severity": "FATAL", "retryable": False, "at": 0},
-    }
-    heartbeat = {
-        "worker_id": "ghost",
-        "sent_at": 0,
-        "coordinator_epoch": header["coordinator_epoch"],
-        "full": True,
-        "statuses": [stale_status],
-        "removed": [],
-    }
-    producer.send("coordinator", "ghost", heartbeat)
-    producer.flush()
-    producer.close()
-    mark = h.mark()
-    h.ok("REFRESH MATERIALIZED VIEW fenced")  # the owner's report of this run comes after the ghost's
-    refreshed = h.wait_run("mv:fenced", states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
-    after = wait_until(
-        lambda: (t := h.task("mv:fenced")) and t["last_run"]["run_id"] == refreshed["run_id"] and t,
-        what="the owner's report of the new run in the catalog",
-    )
-    assert (after["state"], after["epoch"], after["owner"], after["error"]) == ("NORMAL", epoch, owner, None)
-    assert after["checkpoint"] == before["checkpoint"] != {"orders": 999}
-    h.ok("DROP MATERIALIZED VIEW fenced")
-
-
-# -- coordinator failover --------------------------------------------------------------------------
-def results_for(h: Harness, event_id: str) -> list[dict[str, Any]]:
-    return [
-        m.value for m in read_to_end(h.settings, "ddl.results") if m.value and m.value["event_id"] == event_id
-    ]
-
-
-def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None:
-    from workers.ddl.parser import parse_statement
-
-    active = next(r for r in h.fleet.roles if r.kind == "coordinator" and r.alive)
-    standby = h.fleet.coordinator("c2")
-    group = h.settings.group("coordinator")
-    wait_until(
-        lambda: owners_of(h.settings, group) == {active.name: [0], standby.name: []},
-        what="two coordinators in the group, the first one active",
-    )
-
-    # A zombie coordinator: frozen while the standby takes over, then woken up. Its producer is
-    # fenced by the new one's transactional.id; it stands by and applies nothing.
-    active.freeze()
-    create = parse_statement(
-        "CREATE MATERIALIZED VIEW ha REFRESH COMPLETE ON DEMAND AS SELECT region, amount FROM orders",
-        issued_by="test-fleet",
-    )
-    h.client.publish(create)  # nobody applies it until the standby is active
-    wait_until(lambda: owners_of(h.settings, group).get(standby.name) == [0], what="standby holds the DDL")
-    wait_until(lambda: results_for(h, create["event_id"]), what="the DDL applied by the new coordinator")
-    active.thaw()
-    wait_until(lambda: "coordinator standing by" in active.log(), what="the old coordinator standing by")
-    # DDL is one ordered partition: once this later statement is answered, a second answer to
-    # the first one would have come already.
-    h.ok("REFRESH MATERIALIZED VIEW ha")
-    assert len(results_for(h, create["event_id"])) == 1
-    assert active.alive
-
-    step("kill -9 of t")
-    # kill -9 of the active coordinator; DDL published while nobody is active is applied once.
-    standby.kill()
-    create2 = parse_statement(
-        "CREATE MATERIALIZED VIEW ha2 REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders",
-        issued_by="test-fleet",
-    )
-    h.client.publish(create2)
-    wait_until(lambda: owners_of(h.settings, group).get(active.name) == [0], what="first coordinator back")
-    h.ok("REFRESH MATERIALIZED VIEW ha2")
-    (result,) = results_for(h, create2["event_id"])
-    assert result["accepted"] and result["task_id"] == "mv:ha2"
-    for name in ("ha", "ha2"):
-        creations = [
-            m
-            for m in read_to_end(h.settings, "catalog")
-            if m.key == f"mv:{name}" and m.value and m.value["created_at"] == m.value["updated_at"]
-        ]
-        assert len(creations) == 1, f"{name} created {len(creations)} times"
-        h.wait_run(f"mv:{name}", states={"COMPLETED"})
-        assert table_exists(h.settings, name)
-        h.ok(f"DROP MATERIALIZED VIEW {name}")
-
-
 # -- two owners racing -----------------------------------------------------------------------------
 def test_old_owner_waking_after_its_task_moved_cannot_overwrite_the_new_result(h: Harness) -> None:
     h.pair()
@@ -554,10 +433,144 @@ def test_kill_9_mid_refresh_moves_the_task_and_applies_each_result_once(h: Harne
     # test runs (it waits for this MV).
     replacement = h.new_worker()
     h.pair()
+    h.cold = replacement.name  # the tests until the SIGTERM one keep their MVs off it
     h.warming = warm_name(h, replacement.name)
     h.ok(f"CREATE MATERIALIZED VIEW {h.warming} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders")
 
 
+# -- stale epochs ----------------------------------------------------------------------------------
+def coordinator_epoch(h: Harness) -> int:
+    return max(int(m.value["coordinator_epoch"]) for m in read_to_end(h.settings, "manager") if m.value)
+
+
+def test_stale_epoch_command_and_report_are_ignored(h: Harness) -> None:
+    name = name_on(h, "fenced", off=h.cold)
+    task_id = f"mv:{name}"
+    h.ok(f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS SELECT id, amount FROM orders")
+    h.wait_run(task_id, states={"COMPLETED"})
+    h.ok(f"ALTER MATERIALIZED VIEW {name} PAUSE")
+    h.ok(f"ALTER MATERIALIZED VIEW {name} RESUME")
+    task = wait_until(
+        lambda: (t := h.task(task_id)) and t["owner"] and t["state"] == "NORMAL" and t,
+        what=f"{name} resumed and owned",
+    )
+    epoch, owner = task["epoch"], task["owner"]
+    assert epoch >= 3
+    h.wait_run(task_id, states=TERMINAL, epoch=epoch)  # the run the resume started is over
+    producer = TypedProducer(h.settings)
+    header = {"coordinator_epoch": coordinator_epoch(h), "task_id": task_id, "safepoint": None}
+
+    # A REFRESH_NOW of an older epoch does nothing; the same command at the current epoch runs once.
+    mark = h.mark()
+    for command_epoch in (epoch - 1, epoch):
+        command = {**header, "command_id": uuid.uuid4().hex, "kind": "REFRESH_NOW", "epoch": command_epoch}
+        producer.send("maintainer", task_id, command)
+    producer.flush()
+    done = h.wait_run(task_id, states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
+    assert {r["run_id"] for r in h.runs_of(task_id, mark)} == {done["run_id"]}
+    assert done["epoch"] == epoch
+    worker_log = h.fleet.role(owner).log()
+    assert f"{task_id}: ignoring stale REFRESH_NOW (epoch {epoch - 1} < {epoch})" in worker_log
+
+    step("A heartbeat ")
+    # A heartbeat status of an older epoch changes nothing in the catalog, even from another worker
+    # claiming a failure and a far-ahead checkpoint; the owner's later report still applies.
+    before = h.task(task_id)
+    assert before is not None
+    stale_status = {
+        "task_id": task_id,
+        "epoch": epoch - 1,
+        "state": "FAILED",
+        "checkpoint": {"orders": 999},
+        "last_run": None,
+        "next_run_at": None,
+        "error": {"code": 4001, "message": "stale", "severity": "FATAL", "retryable": False, "at": 0},
+    }
+    heartbeat = {
+        "worker_id": "ghost",
+        "sent_at": 0,
+        "coordinator_epoch": header["coordinator_epoch"],
+        "full": True,
+        "statuses": [stale_status],
+        "removed": [],
+    }
+    producer.send("coordinator", "ghost", heartbeat)
+    producer.flush()
+    producer.close()
+    mark = h.mark()
+    h.ok(f"REFRESH MATERIALIZED VIEW {name}")  # the owner's report of this run comes after the ghost's
+    refreshed = h.wait_run(task_id, states={"COMPLETED", "SKIPPED"}, after=mark, trigger="MANUAL")
+    after = wait_until(
+        lambda: (t := h.task(task_id)) and t["last_run"]["run_id"] == refreshed["run_id"] and t,
+        what="the owner's report of the new run in the catalog",
+    )
+    assert (after["state"], after["epoch"], after["owner"], after["error"]) == ("NORMAL", epoch, owner, None)
+    assert after["checkpoint"] == before["checkpoint"] != {"orders": 999}
+    h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- coordinator failover --------------------------------------------------------------------------
+def results_for(h: Harness, event_id: str) -> list[dict[str, Any]]:
+    return [
+        m.value for m in read_to_end(h.settings, "ddl.results") if m.value and m.value["event_id"] == event_id
+    ]
+
+
+def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None:
+    from workers.ddl.parser import parse_statement
+
+    active = next(r for r in h.fleet.roles if r.kind == "coordinator" and r.alive)
+    standby = h.fleet.coordinator("c2")
+    group = h.settings.group("coordinator")
+    wait_until(
+        lambda: owners_of(h.settings, group) == {active.name: [0], standby.name: []},
+        what="two coordinators in the group, the first one active",
+    )
+
+    # A zombie coordinator: frozen while the standby takes over, then woken up. Its producer is
+    # fenced by the new one's transactional.id; it stands by and applies nothing.
+    active.freeze()
+    ha, ha2 = name_on(h, "ha", off=h.cold), name_on(h, "hb", off=h.cold)
+    create = parse_statement(
+        f"CREATE MATERIALIZED VIEW {ha} REFRESH COMPLETE ON DEMAND AS SELECT region, amount FROM orders",
+        issued_by="test-fleet",
+    )
+    h.client.publish(create)  # nobody applies it until the standby is active
+    wait_until(lambda: owners_of(h.settings, group).get(standby.name) == [0], what="standby holds the DDL")
+    wait_until(lambda: results_for(h, create["event_id"]), what="the DDL applied by the new coordinator")
+    active.thaw()
+    wait_until(lambda: "coordinator standing by" in active.log(), what="the old coordinator standing by")
+    # DDL is one ordered partition: once this later statement is answered, a second answer to
+    # the first one would have come already.
+    h.ok(f"REFRESH MATERIALIZED VIEW {ha}")
+    assert len(results_for(h, create["event_id"])) == 1
+    assert active.alive
+
+    step("kill -9 of t")
+    # kill -9 of the active coordinator; DDL published while nobody is active is applied once.
+    standby.kill()
+    create2 = parse_statement(
+        f"CREATE MATERIALIZED VIEW {ha2} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders",
+        issued_by="test-fleet",
+    )
+    h.client.publish(create2)
+    wait_until(lambda: owners_of(h.settings, group).get(active.name) == [0], what="first coordinator back")
+    h.ok(f"REFRESH MATERIALIZED VIEW {ha2}")
+    (result,) = results_for(h, create2["event_id"])
+    assert result["accepted"] and result["task_id"] == f"mv:{ha2}"
+    for name in (ha, ha2):
+        creations = [
+            m
+            for m in read_to_end(h.settings, "catalog")
+            if m.key == f"mv:{name}" and m.value and m.value["created_at"] == m.value["updated_at"]
+        ]
+        assert len(creations) == 1, f"{name} created {len(creations)} times"
+        h.wait_run(f"mv:{name}", states={"COMPLETED"})
+        assert table_exists(h.settings, name)
+        h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- Delta's guard alone ---------------------------------------------------------------------------
 def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
     spark: Any, local_settings: Settings
 ) -> None:
@@ -589,16 +602,21 @@ def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
     assert sorted(r["id"] for r in read_table(spark, local_settings, "m")) == [1]
 
 
+# -- a worker leaves ------------------------------------------------------------------------------
 def test_sigterm_hands_off_without_a_failed_run(h: Harness) -> None:
     h.pair()
     if h.warming:
         h.wait_run(f"mv:{h.warming}", states={"COMPLETED"}, timeout_s=180)
     step("handoff: both workers warm")
     running, leaving, staying = slow_mv_running_on_owner(h, "handoff")
-    assert leaving.terminate() == 0
-    after = h.wait_run("mv:handoff", states={"RUNNING", "COMPLETED"}, worker_id=staying.name, timeout_s=15)
-    step("handoff: running on the other worker")
+    signalled = time.time()
+    leaving.sigterm()
+    after = h.wait_run("mv:handoff", states={"RUNNING", "COMPLETED"}, worker_id=staying.name, timeout_s=30)
+    took = after["started_at"] / 1000 - signalled
+    step(f"handoff: running on the other worker {took:.2f}s after SIGTERM")
+    assert took < 10, f"graceful handoff took {took:.1f}s"  # bench/failover.py measures it properly
     assert after["epoch"] > running["epoch"]
+    assert leaving.process.wait(60) == 0
     left = h.run("mv:handoff", states=TERMINAL, run_id=running["run_id"])
     assert left is not None and left["state"] in ("CANCELED", "COMPLETED"), left
     done = h.wait_run("mv:handoff", states={"COMPLETED"}, worker_id=staying.name)

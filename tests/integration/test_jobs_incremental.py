@@ -78,6 +78,22 @@ def _fast(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1
     )
 
 
+def _by_mode(spark: Any, settings: Settings, mv: str, query: str, *, run: str) -> tuple[str, Any]:
+    return incremental.refresh_with_mode(
+        spark,
+        settings,
+        mode="FORCE",
+        task_id=f"mv:{mv}",
+        mv_name=mv,
+        query=query,
+        base_tables=["sales"],
+        plan=analyze_query(query).fast_refresh,
+        epoch=1,
+        run_id=run,
+        job_group=f"{mv}-{run}",
+    )
+
+
 def _choose(spark: Any, settings: Settings, mv: str, query: str, mode: str = "FORCE") -> tuple[str, str]:
     plan = analyze_query(query).fast_refresh
     return incremental.choose_refresh(spark, settings, mode=mode, mv_name=mv, query=query, plan=plan)
@@ -120,33 +136,33 @@ def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings)
     assert _complete(spark, s, "mv_p", PROJECTION).applied  # watermark v1 (v1 enabled CDF)
 
     tables.append(spark, s, "sales", [_row(6, "eu", 5), _row(7, "ap", 0)])  # v2: inserts only
-    appended = _fast(spark, s, "mv_p", PROJECTION, run="i1")
+    kind, appended = _by_mode(spark, s, "mv_p", PROJECTION, run="i1")
+    assert kind == "FAST"
     assert appended.applied and "2 change rows applied" in appended.message and "appended" in appended.message
     assert appended.watermark_before == {"sales": 1} and appended.watermark_after == {"sales": 2}
     assert _rows(spark, s, "mv_p") == _query_at(spark, s, PROJECTION, 2)
     assert _rows(spark, s, "mv_p").count(("eu", 50)) == 3
 
-    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")  # v3: one of three equal MV rows goes
-    # v4: id 3 leaves the WHERE, id 4 enters it, id 5 changes a column the MV does not show.
+    tables.append(spark, s, "sales", [_row(8, "cn", 9)])  # v3
+    _dml(spark, s, "DELETE FROM {sales} WHERE id IN (1, 8)")  # v4: one of three equal rows; v3's row
+    # v5: id 3 leaves the WHERE, id 4 enters it, id 5 changes a column the MV does not show.
     _dml(
         spark,
         s,
         "UPDATE {sales} SET amount = CASE id WHEN 3 THEN 1 WHEN 4 THEN 7 ELSE amount END, "
         "id = CASE id WHEN 5 THEN 105 ELSE id END WHERE id IN (3, 4, 5)",
     )
-    tables.append(spark, s, "sales", [_row(8, "cn", 9)])  # v5 ...
-    _dml(spark, s, "DELETE FROM {sales} WHERE id = 8")  # v6: ... and gone again
     result = _fast(spark, s, "mv_p", PROJECTION, run="i2")
     assert result.applied and "9 change rows applied" in result.message, result.message
-    _assert_like_complete(spark, s, "mv_p", PROJECTION, 6)
+    _assert_like_complete(spark, s, "mv_p", PROJECTION, 5)
     assert _rows(spark, s, "mv_p").count(("eu", 50)) == 2
 
     commit = tables.delta_history(spark, s, "mv_p")[0]
     assert commit["operation"] == "MERGE" and commit["version"] == result.delta_version
     assert json.loads(commit["userMetadata"]) == {
-        "mvs": {"task_id": "mv:mv_p", "epoch": 1, "run_id": "i2", "watermark": {"sales": 6}}
+        "mvs": {"task_id": "mv:mv_p", "epoch": 1, "run_id": "i2", "watermark": {"sales": 5}}
     }
-    assert commit["txn"] == [{"appId": "mv:mv_p", "version": txn_version(1, {"sales": 6})}]
+    assert commit["txn"] == [{"appId": "mv:mv_p", "version": txn_version(1, {"sales": 5})}]
     # The commit confs were set in the run's own session only.
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
     assert spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None) is None
@@ -167,13 +183,12 @@ def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings)
     tables.append(
         spark, s, "sales", [_row(7, "eu", 1), _row(8, "cn", 4), _row(9, None, 2), _row(10, "ap", None)]
     )
-    messages = {}
-    for mv, query in AGGREGATES.items():
-        result = _fast(spark, s, mv, query, run="i1")
-        assert result.applied and "4 change rows applied" in result.message, result.message
-        assert _rows(spark, s, mv) == _query_at(spark, s, query, 2), mv
-        messages[mv] = result.message
-    assert "0 recomputed" in messages["mv_sums"] and "0 recomputed" in messages["mv_all"]
+    sums = AGGREGATES["mv_sums"]
+    inserted = _fast(spark, s, "mv_sums", sums, run="i1")
+    assert (
+        "4 change rows applied" in inserted.message and "4 groups changed, 0 recomputed" in inserted.message
+    )
+    assert _rows(spark, s, "mv_sums") == _query_at(spark, s, sums, 2)
 
     # v3: eu loses its MIN (1) and us vanishes; v4: ap's only non-NULL amount moves to eu and the
     # NULL group's MIN (2) becomes 3.
@@ -184,17 +199,20 @@ def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings)
         "UPDATE {sales} SET region = CASE id WHEN 6 THEN 'eu' ELSE region END, "
         "amount = CASE id WHEN 9 THEN 3 ELSE amount END WHERE id IN (6, 9)",
     )
-    for mv, query in AGGREGATES.items():
-        result = _fast(spark, s, mv, query, run="i2")
-        assert result.applied, result.message
-        _assert_like_complete(spark, s, mv, query, 4)
-        messages[mv] = result.message
+    deleted = _fast(spark, s, "mv_sums", sums, run="i2")
     # Recomputed from the base: eu and the NULL group (their MIN was deleted). us is deleted
     # (COUNT(*) = 0) and ap's MIN/MAX/SUM become NULL (COUNT(amount) = 0) without recomputing.
-    assert "4 groups changed, 2 recomputed" in messages["mv_sums"], messages["mv_sums"]
-    sums = {r[0]: r for r in _rows(spark, s, "mv_sums")}
-    assert "us" not in sums and sums["eu"] == ("eu", 4, 4, 21, 2, 8)
-    assert sums["ap"] == ("ap", 1, 0, None, None, None)
+    assert "7 change rows applied" in deleted.message and "4 groups changed, 2 recomputed" in deleted.message
+    _assert_like_complete(spark, s, "mv_sums", sums, 4)
+    by_region = {r[0]: r for r in _rows(spark, s, "mv_sums")}
+    assert "us" not in by_region and by_region["eu"] == ("eu", 4, 4, 21, 2, 8)
+    assert by_region["ap"] == ("ap", 1, 0, None, None, None)
+
+    # The others catch up over all of it at once (inserts, deletes and updates in one window).
+    for mv in ("mv_avg", "mv_all"):
+        result = _fast(spark, s, mv, AGGREGATES[mv], run="i1")
+        assert result.applied and "11 change rows applied" in result.message, result.message
+        assert _rows(spark, s, mv) == _query_at(spark, s, AGGREGATES[mv], 4), mv
 
 
 def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:
@@ -223,41 +241,13 @@ def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Sett
     assert mvlog.purge(spark, s, "sales", safepoint=3).rows_deleted == 1  # v2's change row is gone
     expected = ("COMPLETE", "complete: change data before v3 was purged")
     assert _choose(spark, s, "mv_f", sums, mode="FAST") == expected
-    plan = analyze_query(sums).fast_refresh
-    kind, result = incremental.refresh_with_mode(
-        spark,
-        s,
-        mode="FORCE",
-        task_id="mv:mv_f",
-        mv_name="mv_f",
-        query=sums,
-        base_tables=["sales"],
-        plan=plan,
-        epoch=1,
-        run_id="f2",
-        job_group="mv_f-f2",
-    )
+    kind, result = _by_mode(spark, s, "mv_f", sums, run="f2")
     assert kind == "COMPLETE" and result.applied
     assert result.message.startswith("complete: change data before v3 was purged; wrote 2 rows")
-    _assert_like_complete(spark, s, "mv_f", sums, 3)
 
     # Caught up again: the next refresh is incremental.
     tables.append(spark, s, "sales", [_row(4, "us", 9)])  # v4
-    kind, result = incremental.refresh_with_mode(
-        spark,
-        s,
-        mode="FORCE",
-        task_id="mv:mv_f",
-        mv_name="mv_f",
-        query=sums,
-        base_tables=["sales"],
-        plan=plan,
-        epoch=1,
-        run_id="f3",
-        job_group="mv_f-f3",
-    )
-    assert kind == "FAST" and result.message.startswith("incremental: 1 change rows applied"), result.message
-    _assert_like_complete(spark, s, "mv_f", sums, 4)
+    assert _choose(spark, s, "mv_f", sums) == ("FAST", "fast: changes of sales after v3 up to v4")
 
 
 def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: Settings) -> None:
@@ -281,9 +271,8 @@ def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: S
     assert not stale.applied and "txnVersion" in stale.message, stale.message
     assert warehouse.latest_version(s, "mv_s") == mv_version + 1 and _rows(spark, s, "mv_s") == before
 
-    # The new owner applies; the old one, now seeing epoch 3's watermark, does not even try.
-    fresh = _fast(spark, s, "mv_s", sums, epoch=3, run="new-owner")
-    assert fresh.applied and fresh.watermark_after == {"sales": 2}
-    _assert_like_complete(spark, s, "mv_s", sums, 2)
+    # Once epoch 3 has written, the old owner does not even try.
+    assert _complete(spark, s, "mv_s", sums, epoch=3, run="new-owner").applied
     again = _fast(spark, s, "mv_s", sums, epoch=2, run="old-owner-2")
-    assert not again.applied and "stale epoch 2: epoch 3 already wrote" in again.message
+    assert not again.applied and again.message == "skipped: stale epoch 2: epoch 3 already wrote"
+    assert again.watermark_after == {"sales": 2}

@@ -125,6 +125,8 @@ def refresh_incremental(
         state = _check(session, settings, mv_name, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
             return _stale(state.watermark, epoch)
+        if state.watermark.epoch == epoch and state.since == state.until:
+            return _stale(state.watermark, epoch)  # Delta would skip this very commit: no work
         _check_schema(session, settings, mv_name, query, plan, state)
         groups.check_cancelled(job_group)
         scope = apply.Scope(session)
@@ -291,33 +293,31 @@ def _apply(
     metadata = encode_user_metadata(task_id, epoch, run_id, watermark)
     version = str(txn_version(epoch, watermark))
     path = warehouse.table_path(settings, mv_name)
-    changes = mvlog.read_changes(session, settings, base, state.since, state.until)
-    stats = changes.agg(
-        F.count(F.lit(1)), F.sum(F.col("_change_type").isin(*apply.DELETE_TYPES).cast("int"))
-    ).collect()[0]
-    rows, removals = int(stats[0]), int(stats[1] or 0)
-    if rows == 0 or (plan.kind == "projection" and removals == 0):
-        # Append-only changes to a projection (the common case): the query over the inserted rows,
-        # appended. No change at all: an empty commit that still moves the watermark.
-        if rows:
-            added = scope.run_query(query, base, changes)
-        else:
-            added = session.createDataFrame([], _read(session, settings, mv_name, state.mv_version).schema)
-        writer = added.write.format("delta").mode("append").option("txnAppId", task_id)
-        writer.option("txnVersion", version).option("userMetadata", metadata).save(path)
-        return rows, "appended" if rows else "no change"
     # The MV's latest snapshot, the one MERGE will use (no second snapshot to rebuild). After the
     # fence only a newer epoch can commit in between, and then Delta skips our commit anyway.
     mv = session.read.format("delta").load(path)
+    changes = mvlog.read_changes(session, settings, base, state.since, state.until)
+    spec: apply.MergeSpec | None = None
     try:
-        if plan.kind == "projection":
-            spec = apply.projection_merge(scope, query, base, changes, mv)
+        if plan.kind == "aggregate":
+            base_at_v = _read(session, settings, base, state.until)
+            spec = apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
+            rows = spec.change_rows
         else:
-            spec = apply.aggregate_merge(
-                scope, query, plan, changes, mv, _read(session, settings, base, state.until)
-            )
+            removal = F.col("_change_type").isin(*apply.DELETE_TYPES).cast("int")
+            stats = changes.agg(F.count(F.lit(1)), F.sum(removal)).collect()[0]
+            rows = int(stats[0])
+            if stats[1]:
+                spec = apply.projection_merge(scope, query, base, changes, mv)
     except apply.Inconsistent as why:
         raise FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})") from why
+    if rows == 0 or spec is None:
+        # Inserts only into a projection (the common case): the query over them, appended. No
+        # change at all: an empty commit that still moves the watermark.
+        added = scope.run_query(query, base, changes) if rows else session.createDataFrame([], mv.schema)
+        writer = added.write.format("delta").mode("append").option("txnAppId", task_id)
+        writer.option("txnVersion", version).option("userMetadata", metadata).save(path)
+        return rows, "appended" if rows else "no change"
     # The source only reads pinned versions and cached frames, so it is deterministic: cache it
     # (filled by MERGE's first pass) instead of letting Delta materialize it with an extra job.
     source = scope.cache(spec.source)
@@ -339,13 +339,18 @@ def _apply(
 
 
 def _stale(current: MvWatermark, epoch: int) -> RefreshResult:
+    """Not committed: a newer epoch already wrote, or this epoch already wrote this watermark."""
+    if current.epoch == epoch:
+        why = "this watermark was already applied"
+    else:
+        why = f"stale epoch {epoch}: epoch {current.epoch} already wrote"
     return RefreshResult(
         applied=False,
         rows_written=0,
         watermark_before=dict(current.watermark),
         watermark_after=dict(current.watermark),
         delta_version=current.delta_version,
-        message=f"skipped: stale epoch {epoch}: epoch {current.epoch} already wrote",
+        message=f"skipped: {why}",
     )
 
 

@@ -34,6 +34,7 @@ DELETE_TYPES = ("delete", "update_preimage")
 _P = "__mvs_"  # prefix of helper columns; never reaches the MV table
 SIGN, NET, NEW, OLD = f"{_P}sign", f"{_P}net", f"{_P}new", f"{_P}old"
 OP, PRESENT, RECOMPUTE = f"{_P}op", f"{_P}present", f"{_P}recompute"
+ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
 
 
 class Inconsistent(Exception):
@@ -106,6 +107,7 @@ class MergeSpec:
     insert_when: Column
     insert_values: dict[str, str | Column]
     summary: str = ""
+    change_rows: int = -1  # the change rows read, when the builder counted them
 
 
 # ---------------------------------------------------------------------------------------- projection
@@ -205,30 +207,31 @@ def aggregate_merge(
     count_star = next((a for a in aggs if a.item.function == "COUNT" and a.item.column is None), None)
     counts = {a.item.column: a for a in aggs if a.item.function == "COUNT" and a.item.column}
 
-    rows = signed(changes)
-    if plan.where:
-        rows = rows.where(F.expr(plan.where))
-    sign, pos, neg = F.col(SIGN), F.col(SIGN) > 0, F.col(SIGN) < 0
+    # Change rows the WHERE drops still count as change rows (the run reports them) but touch nothing.
+    passes = F.coalesce(F.expr(plan.where), F.lit(False)) if plan.where else F.lit(True)
+    sign = F.col(SIGN)
+    pos, neg = passes & (sign > 0), passes & (sign < 0)
     exprs = [
-        F.count(F.lit(1)).alias(f"{_P}rows"),
-        F.sum(sign).alias(NET),
+        F.count(F.lit(1)).alias(ALL_ROWS),
+        F.sum(passes.cast("int")).alias(ROWS),
+        F.sum(F.when(passes, sign).otherwise(0)).alias(NET),
         F.sum(neg.cast("int")).alias(f"{_P}neg"),
     ]
     for a in aggs:
         c = F.col(q(a.item.column)) if a.item.column else None
         if a.item.function == "COUNT" and c is not None:
-            exprs.append(F.sum(F.when(c.isNotNull(), sign).otherwise(0)).alias(a.name("d")))
+            exprs.append(F.sum(F.when(passes & c.isNotNull(), sign).otherwise(0)).alias(a.name("d")))
         elif a.item.function == "SUM" and c is not None and _exact_sum(a):
             exact = c.cast(a.dtype)
-            exprs.append(F.sum(F.when(pos, exact).otherwise(-exact)).alias(a.name("d")))
+            exprs.append(F.sum(F.when(pos, exact).when(neg, -exact)).alias(a.name("d")))
             exprs.append(F.sum((pos & c.isNotNull()).cast("int")).alias(a.name("p")))
             exprs.append(F.sum((neg & c.isNotNull()).cast("int")).alias(a.name("m")))
         elif a.item.function in ("MIN", "MAX") and c is not None:
             fold = F.min if a.item.function == "MIN" else F.max
             exprs.append(fold(F.when(pos, c)).alias(a.name("p")))
             exprs.append(fold(F.when(neg, c)).alias(a.name("m")))
-    delta = rows.groupBy(*[F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]).agg(*exprs)
-    delta = delta.where(F.col(f"{_P}rows") > 0)  # a global aggregate yields one row even for no input
+    keyed = [F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]
+    delta = signed(changes).groupBy(*keyed).agg(*exprs)
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
     # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
     touched = mv.alias("m").join(
@@ -292,9 +295,16 @@ def aggregate_merge(
     ]
     # A NULL decision must never drop a group: when in doubt, recompute.
     decision = F.coalesce(recompute, F.lit(True)).alias(RECOMPUTE)
-    decided = scope.cache(joined.select(*outputs, action.alias(OP), decision))
-    stats = decided.agg(F.count(F.lit(1)), F.sum(F.col(RECOMPUTE).cast("int"))).collect()[0]
-    total_groups, recomputed = stats[0], stats[1] or 0
+    row_counts = [F.col(f"d.{ROWS}").alias(ROWS), F.col(f"d.{ALL_ROWS}").alias(ALL_ROWS)]
+    decided = scope.cache(joined.select(*outputs, action.alias(OP), decision, *row_counts))
+    touched_group = F.col(ROWS) > 0  # a global aggregate yields its one group even for no rows
+    stats = decided.agg(
+        F.sum(ALL_ROWS),
+        F.sum(touched_group.cast("int")),
+        F.sum((touched_group & F.col(RECOMPUTE)).cast("int")),
+    ).collect()[0]
+    change_rows, total_groups, recomputed = int(stats[0] or 0), int(stats[1] or 0), int(stats[2] or 0)
+    decided = decided.where(touched_group).drop(ROWS, ALL_ROWS)
     source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
     if recomputed:
         source = source.unionByName(_recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema))
@@ -307,7 +317,8 @@ def aggregate_merge(
         update_set={q(c): col("s", c) for c in others},
         insert_when=F.col(f"s.{OP}") == "upsert",
         insert_values={q(f.name): col("s", f.name) for f in mv.schema.fields},
-        summary=f"{total_groups or 0} groups changed, {recomputed} recomputed from the base",
+        summary=f"{total_groups} groups changed, {recomputed} recomputed from the base",
+        change_rows=change_rows,
     )
 
 

@@ -3,8 +3,9 @@
 Owning partition p of the manager topic means owning every task whose key hashes to p. On
 assignment the manager restores those tasks from partition p of the compacted catalog and
 starts their maintainers, and starts reading partition p of the maintainer topic (so a
-per-task command reaches only the owner). On revocation it stops those maintainers — running
-Spark jobs are cancelled and waited for — before the partition is released.
+per-task command reaches only the owner). On revocation it stops those maintainers and cancels
+their runs; it waits up to REVOKE_WAIT_S for them to end, then releases the partition (a run that
+cannot stop yet drains in the background, recorded when it ends).
 
 A maintainer runs only under an epoch the coordinator issued to this worker by name: a task
 whose record names another owner, or none (new, restarted, or restored after its partition moved
@@ -43,7 +44,7 @@ PARTITIONS = topic_spec("manager").partitions
 FULL_HEARTBEAT_EVERY_S = 10.0
 RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
-REVOKE_WAIT_S = 1.0  # how long a revocation waits for its cancelled runs before letting go
+REVOKE_WAIT_S = 0.5  # how long a revocation waits for its cancelled runs before letting go
 
 
 class Manager(LoopRole):
@@ -73,8 +74,8 @@ class Manager(LoopRole):
         self.owned: dict[str, Maintainer] = {}
         self.partition_of: dict[str, int] = {}
         self.partitions: set[int] = set()  # manager partitions assigned to us
-        # Tasks whose partition moved here from another owner: (catalog record, monotonic time it
-        # arrived), kept until the coordinator raises the epoch for us (see the module doc).
+        # Tasks not (yet) issued to us — new, restarted, or moved here: (latest record, monotonic time
+        # it arrived), kept until the coordinator raises the epoch naming us (see the module doc).
         self.waiting: dict[str, tuple[Record, float]] = {}
         # Maintainers of revoked tasks whose cancelled run has not ended yet (see _on_revoke).
         self.draining: dict[str, Maintainer] = {}
