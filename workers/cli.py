@@ -13,6 +13,7 @@ mvs demo                          the live demo (broker, coordinator, two worker
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import signal
@@ -32,6 +33,8 @@ def _stop_event() -> threading.Event:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a role that seems stuck is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     return stop
 
 
@@ -139,9 +142,13 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from workers.worker.manager import Manager
+    from workers.worker.runner import SparkRunner
 
     _serve_metrics(args)
-    Manager(settings, pollers=args.pollers).run(_stop_event())
+    runner = SparkRunner(settings)
+    if not args.lazy_spark:
+        runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
+    Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
     return 0
 
 
@@ -188,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a worker (manager + maintainers + Spark)")
     worker.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics")
     worker.add_argument("--pollers", type=int, default=0, help="maintainer poller threads (0: loop thread)")
+    worker.add_argument(
+        "--lazy-spark",
+        action="store_true",
+        help="start Spark on the first run instead of at start (a standby that may never own a task)",
+    )
     worker.set_defaults(func=cmd_worker)
     sub.add_parser("broker", help="run the embedded Kafka broker").set_defaults(func=cmd_broker)
     demo = sub.add_parser("demo", help="run the live demo")

@@ -57,6 +57,11 @@ def local_table_dir(settings: Settings, name: str) -> Path:
     )
 
 
+def is_local(settings: Settings) -> bool:
+    """True when the warehouse is a local folder, whose Delta logs these helpers read directly."""
+    return urlparse(settings.warehouse).scheme in ("", "file")
+
+
 def latest_version(settings: Settings, name: str) -> int | None:
     """Newest committed Delta version of table ``name`` (max ``NNNN.json``), None if no table."""
     log_dir = local_table_dir(settings, name) / DELTA_LOG

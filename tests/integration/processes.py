@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workers.config import REPO_ROOT, Settings
-from workers.kafka.admin import apply_topics
-from workers.kafka.clients import lazy_admin
+from workers.kafka.admin import apply_topics, group_members
 from workers.kafka.typed import Message, TypedConsumer
 from workers.topics import topic_spec
 
@@ -207,25 +206,10 @@ class Tail:
         self._consumer.close()
 
 
-def group_assignment(settings: Settings, group_id: str) -> dict[str, list[tuple[str, int]]]:
-    """Members of a consumer group, by client id, with their (physical topic, partition)s — what
-    ``kafka-consumer-groups --describe --members`` shows. Empty while the group is rebalancing."""
-    admin = lazy_admin(settings).get()
-    (future,) = admin.describe_consumer_groups([group_id], request_timeout=10).values()
-    try:
-        description = future.result()
-    except Exception:
-        return {}
-    return {
-        member.client_id: [(tp.topic, tp.partition) for tp in member.assignment.topic_partitions]
-        for member in description.members
-    }
-
-
 def owners_of(settings: Settings, group_id: str) -> dict[str, list[int]]:
     """Role name → partitions it holds in ``group_id`` (client ids are ``<ns>.consumer.<name>``)."""
     prefix = f"{settings.namespace}.consumer."
     return {
         client_id.removeprefix(prefix): sorted(p for _, p in partitions)
-        for client_id, partitions in group_assignment(settings, group_id).items()
+        for client_id, partitions in group_members(settings, group_id).items()
     }

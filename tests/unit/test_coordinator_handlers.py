@@ -2,7 +2,14 @@
 
 from typing import Any
 
-from workers.coordinator.handlers import Context, handle_ddl, handle_heartbeat, safepoint_for
+from workers.coordinator.handlers import (
+    Context,
+    handle_ddl,
+    handle_heartbeat,
+    recovered_tasks,
+    restart_silent_tasks,
+    safepoint_for,
+)
 from workers.ddl import parse_statement
 
 Record = dict[str, Any]
@@ -149,3 +156,38 @@ def test_safepoint_is_lowest_watermark_and_is_sent_to_the_purge_task() -> None:
     assert tasks["mvlog:sales"]["safepoint"] == 2
     assert effects.maintainer[-1]["kind"] == "SAFEPOINT" and effects.maintainer[-1]["safepoint"] == 2
     assert safepoint_for("orders", tasks) is None
+
+
+def _owned(tasks: dict[str, Record], owner: str) -> dict[str, Record]:
+    return {k: {**t, "owner": owner, "state": "NORMAL"} for k, t in tasks.items()}
+
+
+def test_silent_owner_restarts_its_task_then_fails_it_after_three_restarts_in_a_row() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    tasks = _owned(tasks, "w1")
+    effects = restart_silent_tasks(tasks, {"w1"}, {}, ctx())
+    restarted = effects.catalog["mv:by_region"]
+    assert restarted["state"] == "WARNING" and restarted["error"]["code"] == 4002
+    assert restarted["epoch"] == tasks["mv:by_region"]["epoch"] + 1 and restarted["owner"] is None
+    assert effects.manager[0]["kind"] == "ADD_MAINTAINER"
+    failed = restart_silent_tasks(tasks, {"w1"}, {"mv:by_region": 3}, ctx()).catalog["mv:by_region"]
+    assert failed["state"] == "FAILED" and failed["error"]["code"] == 4001
+    assert failed["error"]["retryable"] is False
+    assert not restart_silent_tasks(tasks, {"w2"}, {}, ctx())  # a live owner keeps its task
+
+
+def test_a_run_completed_after_a_restart_clears_the_restart_count() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    status = _status(tasks["mv:by_region"], 2, {"sales": 1})
+    restarted_at = {"mv:by_region": 5_000}
+
+    def beat(state: str, ended_at: int) -> Record:
+        last = {"state": state, "ended_at": ended_at}
+        return {"worker_id": "w2", "statuses": [{**status, "last_run": last}], "removed": []}
+
+    assert recovered_tasks(beat("COMPLETED", 4_000), restarted_at) == set()  # before the restart
+    assert recovered_tasks(beat("ERROR", 6_000), restarted_at) == set()
+    assert recovered_tasks(beat("COMPLETED", 6_000), restarted_at) == {"mv:by_region"}
+    assert recovered_tasks(beat("COMPLETED", 6_000), {}) == set()

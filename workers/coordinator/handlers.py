@@ -350,6 +350,18 @@ def restart_silent_tasks(
     return effects
 
 
+def recovered_tasks(heartbeat: Record, restarted_at: Mapping[str, int]) -> set[str]:
+    """Tasks restarted at ``restarted_at`` (wall ms) that the heartbeat shows completing a run since:
+    their restart count starts over, so only restarts in a row (a task that keeps killing its
+    workers) make a task Failed, not unrelated worker deaths over its lifetime."""
+    recovered = set()
+    for status in heartbeat["statuses"]:
+        since, last = restarted_at.get(status["task_id"]), status["last_run"]
+        if since is not None and last and last["state"] == "COMPLETED" and (last["ended_at"] or 0) > since:
+            recovered.add(status["task_id"])
+    return recovered
+
+
 def bootstrap_commands(partitions: int, ctx: Context) -> list[Record]:
     """One BOOTSTRAP per manager partition, so every live manager answers with a full snapshot."""
     return [{**_command("BOOTSTRAP", f"__bootstrap__/{p}", 0, ctx), "task": None} for p in range(partitions)]

@@ -22,6 +22,7 @@ from workers.coordinator.handlers import (
     bootstrap_commands,
     handle_ddl,
     handle_heartbeat,
+    recovered_tasks,
     restart_silent_tasks,
 )
 from workers.kafka.admin import configure_group
@@ -54,7 +55,10 @@ class Coordinator(LoopRole):
         self._heartbeats = TypedConsumer(settings, group_id=None)
         self._producer: TypedProducer | None = None
         self._last_seen: dict[str, float] = {}  # worker id → monotonic time of its last heartbeat
-        self._restarts: dict[str, int] = {}  # task id → restarts after its owner went silent
+        # Per task: restarts after its owner went silent, and the wall ms of the latest one (a run
+        # completed since clears both: see recovered_tasks).
+        self._restarts: dict[str, int] = {}
+        self._restarted_at: dict[str, int] = {}
 
     # -- election ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -133,6 +137,7 @@ class Coordinator(LoopRole):
                 break
             if heartbeat.value is not None:
                 self._last_seen[heartbeat.value["worker_id"]] = self.clock.monotonic()
+                self._note_recoveries(heartbeat.value)
                 effects = handle_heartbeat(heartbeat.value, self._view(), self.context())
                 self._pending.merge(effects)
         self._check_liveness()
@@ -145,6 +150,11 @@ class Coordinator(LoopRole):
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()
 
+    def _note_recoveries(self, heartbeat: Record) -> None:
+        for task_id in recovered_tasks(heartbeat, self._restarted_at):
+            self._restarts.pop(task_id, None)
+            self._restarted_at.pop(task_id, None)
+
     def _check_liveness(self) -> None:
         now = self.clock.monotonic()
         silent = {w for w, seen in self._last_seen.items() if now - seen > self.settings.heartbeat_timeout_s}
@@ -153,6 +163,7 @@ class Coordinator(LoopRole):
         effects = restart_silent_tasks(self._view(), silent, self._restarts, self.context())
         for task_id in effects.catalog:
             self._restarts[task_id] = self._restarts.get(task_id, 0) + 1
+            self._restarted_at[task_id] = self.clock.wall_ms()
         for worker in silent:
             del self._last_seen[worker]
         if effects:

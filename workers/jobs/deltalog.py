@@ -49,11 +49,12 @@ def current_version(spark: SparkSession, settings: Settings, name: str) -> int |
 
 
 def iter_commits(
-    spark: SparkSession, settings: Settings, name: str, *, after: int | None = None
+    spark: SparkSession | None, settings: Settings, name: str, *, after: int | None = None
 ) -> Iterator[CommitInfo]:
     """Commit infos of versions > ``after`` (all if None), newest first, lazily.
 
-    Stops at the first commit file removed by log cleanup.
+    Stops at the first commit file removed by log cleanup. A local table is read without Spark
+    (``spark`` may be None: a caller can decide before its JVM has started); a remote one needs it.
     """
     floor = -1 if after is None else after
     if _is_local(settings, name):
@@ -65,6 +66,8 @@ def iter_commits(
                 return
             yield _from_actions(version, actions)
         return
+    if spark is None:
+        raise ValueError(f"table {name} is not local: reading its log needs a SparkSession")
     latest = current_version(spark, settings, name)
     if latest is None or latest <= floor:
         return

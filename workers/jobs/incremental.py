@@ -318,16 +318,18 @@ def _apply(
         writer = added.write.format("delta").mode("append").option("txnAppId", task_id)
         writer.option("txnVersion", version).option("userMetadata", metadata).save(path)
         return rows, "appended" if rows else "no change"
-    # The source only reads pinned versions and cached frames, so it is deterministic: cache it
-    # (filled by MERGE's first pass) instead of letting Delta materialize it with an extra job.
-    source = scope.cache(spec.source)
+    # Materialize the (small) source once and cut its lineage: MERGE plans its source several
+    # times, and each planning of a time-travel read in it (base at v, MV log at its pinned
+    # version) rebuilt that Delta snapshot with more Spark jobs (measured: ~25 -> 18 jobs a run).
+    # Materialized, it is deterministic, so Delta need not materialize it again either.
+    source = spec.source.localCheckpoint(eager=True)
     session.conf.set(_MATERIALIZE_SOURCE, "none")
     session.conf.set(_TXN_APP_ID, task_id)
     session.conf.set(_TXN_VERSION, version)
     session.conf.set(_USER_METADATA, metadata)
     try:
         target = DeltaTable.forPath(session, path).alias("t")
-        builder = target.merge(F.broadcast(source).alias("s"), spec.condition)  # the source is small
+        builder = target.merge(source.alias("s"), spec.condition)
         builder = builder.whenMatchedDelete(condition=spec.delete_when)
         if spec.update_set:
             builder = builder.whenMatchedUpdate(set=spec.update_set)

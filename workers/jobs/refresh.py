@@ -50,9 +50,10 @@ class RefreshResult:
     message: str = ""
 
 
-def read_watermark(spark: SparkSession, settings: Settings, mv_name: str) -> MvWatermark | None:
+def read_watermark(spark: SparkSession | None, settings: Settings, mv_name: str) -> MvWatermark | None:
     """The ``mvs`` metadata of the newest MV commit carrying it (later maintenance commits such as
-    OPTIMIZE carry none); None if the table does not exist or no refresh ever committed."""
+    OPTIMIZE carry none); None if the table does not exist or no refresh ever committed.
+    ``spark`` may be None for a local warehouse (see ``deltalog.iter_commits``)."""
     for commit in deltalog.iter_commits(spark, settings, mv_name):
         found = decode_user_metadata(commit.user_metadata, commit.version)
         if found is not None:

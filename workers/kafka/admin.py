@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,3 +252,33 @@ def configure_group(settings: Settings, group_id: str, *, retry: RetryPolicy = A
             retry.call(alter)
         except BusError as exc:
             log.warning("group %s keeps the broker's %s: %s", group_id, name, exc)
+
+
+_shared_admins: dict[tuple[str, ...], AdminClient] = {}
+_shared_admins_lock = threading.Lock()
+
+
+def _shared_admin(settings: Settings) -> AdminClient:
+    """One admin client per cluster for the process: callers that poll (a test waiting on a group)
+    would otherwise open and tear down broker connections on every call."""
+    key = (settings.bootstrap_servers, *sorted(f"{k}={v}" for k, v in settings.kafka_options.items()))
+    with _shared_admins_lock:
+        if key not in _shared_admins:
+            _shared_admins[key] = lazy_admin(settings).get()
+        return _shared_admins[key]
+
+
+def group_members(settings: Settings, group_id: str) -> dict[str, list[tuple[str, int]]]:
+    """Members of a consumer group, by client id, with their (physical topic, partition)s — what
+    ``kafka-consumer-groups --describe --members`` shows. Empty while the group is rebalancing or
+    cannot be described."""
+    admin = _shared_admin(settings)
+    (future,) = admin.describe_consumer_groups([group_id], request_timeout=REQUEST_TIMEOUT_S).values()
+    try:
+        description = future.result()
+    except KafkaException:
+        return {}
+    return {
+        member.client_id: [(tp.topic, tp.partition) for tp in member.assignment.topic_partitions]
+        for member in description.members
+    }

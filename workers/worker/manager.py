@@ -88,6 +88,7 @@ class Manager(LoopRole):
         self._last_reconcile = self.clock.monotonic()
         self._full_requested = True
         self._claim_now = False  # a new claim: heartbeat at once (it is on the failover path)
+        self._closing = False
         self.coordinator_epoch = 0
         self._commands = TypedConsumer(settings, group_id=settings.group("workers"))
         self._task_commands = TypedConsumer(settings, group_id=settings.group("workers.maintainer"))
@@ -139,7 +140,8 @@ class Manager(LoopRole):
         # (and recorded) before the partition goes. But the handoff is never held hostage by a run
         # that cannot stop yet (its Spark may still be starting): that one drains in the background,
         # and whatever it commits is fenced by the epoch the coordinator raises for the new owner.
-        deadline = self.clock.monotonic() + REVOKE_WAIT_S
+        # Leaving for good (close): no wait at all — the group hands off first, close() awaits the runs.
+        deadline = self.clock.monotonic() + (0.0 if self._closing else REVOKE_WAIT_S)
         for task_id in leaving:
             self.executor.wait_idle(task_id, max(0.0, deadline - self.clock.monotonic()))
         if not self._pollers:
@@ -411,6 +413,7 @@ class Manager(LoopRole):
         """Leave the group cleanly: revocation stops every maintainer and releases the partitions
         (within REVOKE_WAIT_S); then runs still draining are awaited and their outcomes published."""
         log.info("%s leaving the group", self.worker_id)
+        self._closing = True
         self._commands.close()
         self._task_commands.close()
         self.executor.shutdown(cancel_running=True, timeout_s=STOP_RUN_TIMEOUT_S)
