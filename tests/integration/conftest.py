@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.cluster import Cluster
+from tests.integration.sales import SCHEMA, rows
 from workers.config import Settings
 
 
@@ -28,3 +30,19 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def local_settings(tmp_path: Path) -> Settings:
     """Settings with a fresh warehouse folder and no broker (the jobs never touch Kafka)."""
     return Settings(warehouse=str(tmp_path / "warehouse"))
+
+
+@pytest.fixture
+def sales(spark: Any, settings: Settings) -> None:
+    """The ``sales`` base table (12 rows) in the test's warehouse."""
+    from workers.jobs.tables import create_table
+
+    create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
+
+
+@pytest.fixture
+def cluster(settings: Settings, sales: None) -> Iterator[Cluster]:
+    """A coordinator and one worker in this process (real Kafka, Spark, Delta) over ``sales``."""
+    cluster = Cluster(settings)
+    yield cluster
+    cluster.close()

@@ -2,51 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from tests.integration.cluster import Cluster, wait_until
-from workers.config import Settings
-from workers.jobs.tables import append, create_table, read_table
+from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows, rows
+from workers.jobs.tables import append, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, mlog_table_name, table_exists
-
-SCHEMA = "id BIGINT, region STRING, amount BIGINT"
-BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
-
-
-def rows(start: int, count: int) -> list[dict[str, Any]]:
-    regions = ["north", "south", "east"]
-    return [{"id": i, "region": regions[i % 3], "amount": 10 + i} for i in range(start, start + count)]
-
-
-def query_rows(spark: Any, settings: Settings, query: str) -> list[tuple[Any, ...]]:
-    path = f"{settings.warehouse}/sales"
-    return sorted(tuple(r) for r in spark.sql(query.replace("FROM sales", f"FROM delta.`{path}`")).collect())
-
-
-def mv_rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r.values()) for r in read_table(spark, settings, name))
-
-
-@pytest.fixture
-def sales(spark: Any, settings: Settings) -> None:
-    create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
-
-
-@pytest.fixture
-def cluster(settings: Settings, sales: None) -> Iterator[Cluster]:
-    cluster = Cluster(settings)
-    yield cluster
-    cluster.close()
-
-
-def caught_up(cluster: Cluster, task_id: str) -> bool:
-    task = cluster.task(task_id)
-    latest = latest_version(cluster.settings, "sales")
-    return bool(task and task["checkpoint"].get("sales") == latest)
 
 
 def test_create_mv_holds_exactly_the_query_rows(cluster: Cluster, spark: Any) -> None:

@@ -190,4 +190,5 @@ def test_a_run_completed_after_a_restart_clears_the_restart_count() -> None:
     assert recovered_tasks(beat("COMPLETED", 4_000), restarted_at) == set()  # before the restart
     assert recovered_tasks(beat("ERROR", 6_000), restarted_at) == set()
     assert recovered_tasks(beat("COMPLETED", 6_000), restarted_at) == {"mv:by_region"}
+    assert recovered_tasks(beat("SKIPPED", 6_000), restarted_at) == {"mv:by_region"}  # already current
     assert recovered_tasks(beat("COMPLETED", 6_000), {}) == set()

@@ -351,13 +351,15 @@ def restart_silent_tasks(
 
 
 def recovered_tasks(heartbeat: Record, restarted_at: Mapping[str, int]) -> set[str]:
-    """Tasks restarted at ``restarted_at`` (wall ms) that the heartbeat shows completing a run since:
-    their restart count starts over, so only restarts in a row (a task that keeps killing its
-    workers) make a task Failed, not unrelated worker deaths over its lifetime."""
+    """Tasks restarted at ``restarted_at`` (wall ms) that the heartbeat shows ending a run well since
+    (COMPLETED, or SKIPPED: the MV was already current): their restart count starts over, so only
+    restarts in a row (a task that keeps killing its workers) make a task Failed, not unrelated
+    worker deaths over its lifetime."""
     recovered = set()
     for status in heartbeat["statuses"]:
         since, last = restarted_at.get(status["task_id"]), status["last_run"]
-        if since is not None and last and last["state"] == "COMPLETED" and (last["ended_at"] or 0) > since:
+        ok = last is not None and last["state"] in ("COMPLETED", "SKIPPED")
+        if since is not None and ok and (last["ended_at"] or 0) > since:
             recovered.add(status["task_id"])
     return recovered
 

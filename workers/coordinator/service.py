@@ -161,9 +161,11 @@ class Coordinator(LoopRole):
         if not silent:
             return
         effects = restart_silent_tasks(self._view(), silent, self._restarts, self.context())
-        for task_id in effects.catalog:
+        for task_id, task in effects.catalog.items():
             self._restarts[task_id] = self._restarts.get(task_id, 0) + 1
             self._restarted_at[task_id] = self.clock.wall_ms()
+            assert task is not None
+            log.warning("%s: %s (epoch %d)", task_id, task["error"]["message"], task["epoch"])
         for worker in silent:
             del self._last_seen[worker]
         if effects:

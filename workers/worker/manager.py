@@ -112,17 +112,19 @@ class Manager(LoopRole):
         if not owned:
             return
         self.partitions.update(owned)
+        began = self.clock.monotonic()
         # One read of all the new partitions: restoring is on the failover path.
         for task_id, task in restore_catalog(self.settings, owned).items():
             self.add_task(task, partition_for(task_id, PARTITIONS))
         self._task_commands.assign("maintainer", owned)
         self._full_requested = True
         log.info(
-            "%s assigned partitions %s: %d tasks, %d waiting for a new epoch",
+            "%s assigned partitions %s: %d tasks, %d waiting for a new epoch (restored in %.0f ms)",
             self.worker_id,
             owned,
             len(self.owned),
             len(self.waiting),
+            (self.clock.monotonic() - began) * 1000,
         )
 
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:

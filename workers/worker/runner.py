@@ -8,6 +8,7 @@ task that fails over to it does not wait for a JVM to start (~8 s, far more on a
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -19,6 +20,8 @@ from typing import Any, Protocol
 from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
+from workers.ddl.fast import FastRefreshPlan
+from workers.ddl.query import analyze_query
 from workers.jobs.errors import JobError, RunCancelled
 from workers.warehouse import latest_version, table_exists
 
@@ -113,22 +116,25 @@ class SparkRunner:
             current = read_watermark(log_reader, self.settings, task["name"])
             if current is not None and current.watermark == versions:
                 return RunResult("SKIPPED", 0, versions, versions, "skipped: no change")
-            result = refresh_complete(
-                self.spark,
-                self.settings,
-                task_id=task["task_id"],
-                mv_name=task["name"],
-                query=spec["query"],
-                base_tables=spec["base_tables"],
-                epoch=task["epoch"],
-                run_id=run_id,
-                job_group=job_group,
-            )
+            common: dict[str, Any] = {
+                "task_id": task["task_id"],
+                "mv_name": task["name"],
+                "query": spec["query"],
+                "base_tables": spec["base_tables"],
+                "epoch": task["epoch"],
+                "run_id": run_id,
+                "job_group": job_group,
+            }
+            if spec["refresh_mode"] == "COMPLETE":
+                result = refresh_complete(self.spark, self.settings, **common)
+            else:  # FAST / FORCE: from the MV log when possible, else complete, saying why
+                from workers.jobs.incremental import refresh_with_mode
+
+                plan = _fast_plan(spec["query"])
+                _, result = refresh_with_mode(
+                    self.spark, self.settings, mode=spec["refresh_mode"], plan=plan, **common
+                )
         message = result.message
-        if spec["refresh_mode"] != "COMPLETE":
-            message = (
-                f"complete refresh ({spec['refresh_mode']} requested: incremental refresh not built yet)"
-            )
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
         return RunResult(
@@ -173,13 +179,17 @@ class SparkRunner:
     def _keep_cancelling(self, job_group: str) -> None:
         """Spark cancels only the group's jobs active at that instant: one the run submits later
         (e.g. after a broadcast, which Spark runs under a group of its own, was in flight when the
-        cancel came) would run to its end. So cancel again until the run has left its Spark work."""
+        cancel came) would run to its end. So cancel again until the run has left its Spark work;
+        a cancel that came before the run entered its job group (a FAST run decides its kind first)
+        marks the group as soon as it is entered, so the run ends as cancelled, not as failed."""
+        from workers.jobs.refresh import cancel_run
+
         pause = threading.Event()
         while not pause.wait(RECANCEL_EVERY_S):
             with self._lock:
                 if job_group not in self._live:
                     return
-            self._spark.sparkContext.cancelJobGroup(job_group)
+            cancel_run(self._spark, job_group)
 
     def drop(self, task: Record) -> None:
         if task["kind"] == "MV":
@@ -190,6 +200,12 @@ class SparkRunner:
             from workers.jobs.mvlog import drop_mv_log
 
             drop_mv_log(self.spark, self.settings, task["name"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _fast_plan(query: str) -> FastRefreshPlan | None:
+    """The query's incremental plan (a sqlglot analysis: cached, a task runs the same query)."""
+    return analyze_query(query).fast_refresh
 
 
 @contextmanager
