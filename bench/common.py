@@ -34,12 +34,18 @@ WORKER_ID = "bench"  # the worker the benchmark tasks are issued to (a manager s
 
 
 def mv_task(
-    name: str, *, trigger: str, interval_ms: int | None, query: str, base_tables: Sequence[str] = ()
+    name: str,
+    *,
+    trigger: str,
+    interval_ms: int | None,
+    query: str,
+    base_tables: Sequence[str] = (),
+    refresh_mode: str = "COMPLETE",
 ) -> Record:
     """A TaskRecord as the coordinator hands it to worker WORKER_ID (ADD_MAINTAINER)."""
     spec = {
         "query": query,
-        "refresh_mode": "COMPLETE",
+        "refresh_mode": refresh_mode,
         "trigger": {"kind": trigger, "interval_ms": interval_ms},
         "base_tables": list(base_tables),
     }

@@ -2,10 +2,10 @@
 per run (what a cron job does: start a JVM and a session, refresh, exit).
 
 Both run ``SparkRunner.refresh`` — the worker's own refresh path (pin the base version,
-recompute the query, one Delta commit with the watermark) — on the same tiny Delta table. Each
-trial raises the task's epoch, so every refresh really recomputes and commits (Delta's
-idempotent-write id would otherwise skip a repeated one). ``spark-submit`` is the one pyspark
-ships in the venv, given the Delta jars from ``.cache/jars/delta``.
+recompute the query, one Delta commit with the watermark) — on the same tiny Delta table. Before
+each trial (untimed) one row is appended to the base, so every refresh really recomputes and
+commits (an MV already current at the base's version is skipped without a job). ``spark-submit``
+is the one pyspark ships in the venv, given the Delta jars from ``.cache/jars/delta``.
 
     .venv/bin/python -m bench.warm_vs_submit [--warm 5] [--cold 3]
 """
@@ -25,7 +25,7 @@ import pyspark
 from bench.common import mv_task, percentile, report
 from workers.config import REPO_ROOT, Settings
 from workers.jobs.session import delta_jars, get_spark
-from workers.jobs.tables import create_table
+from workers.jobs.tables import append, create_table
 from workers.worker.runner import SparkRunner
 
 GOAL_SPEEDUP = 10.0
@@ -88,12 +88,20 @@ def main() -> None:
         "id BIGINT, region STRING, amount BIGINT",
     )
     refresh_once(warehouse, epoch=1)  # the worker's session has done this kind of work before
+
+    def change_base(epoch: int) -> None:
+        append(spark, settings, "sales", [{"id": 1000 + epoch, "region": "west", "amount": epoch}])
+
     warm = []
     for epoch in range(2, 2 + args.warm):
+        change_base(epoch)
         started = time.perf_counter()
         refresh_once(warehouse, epoch)
         warm.append(time.perf_counter() - started)
-    cold = [submit_once(warehouse, epoch) for epoch in range(100, 100 + args.cold)]
+    cold = []
+    for epoch in range(100, 100 + args.cold):
+        change_base(epoch)
+        cold.append(submit_once(warehouse, epoch))
 
     warm_ms, cold_ms = [w * 1000 for w in warm], [c * 1000 for c in cold]
     speedup = percentile(cold_ms, 50) / percentile(warm_ms, 50)
