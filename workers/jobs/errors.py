@@ -32,3 +32,34 @@ class ChangesNotRetained(JobError):
 
 class RunCancelled(Exception):
     """The run's job group was cancelled (``cancel_run``); not an error, the run state is CANCELED."""
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """True for Delta's optimistic-concurrency conflicts (``Concurrent*Exception``): another writer
+    committed to the same table first. Recognised whether pyspark converted the Java exception to
+    ``delta.exceptions`` or left it a Py4JJavaError (then by the Java class names in its cause chain)."""
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+    )
+
+    conflicts = (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+    )
+    if isinstance(exc, conflicts):
+        return True
+    java = getattr(exc, "java_exception", None)
+    for _ in range(8):  # the conflict may be wrapped (e.g. in a SparkException)
+        if java is None:
+            return False
+        if ".Concurrent" in java.getClass().getName():
+            return True
+        java = java.getCause()
+    return False

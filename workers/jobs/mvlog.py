@@ -28,7 +28,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import deltalog
-from workers.jobs.errors import ChangesNotRetained, TableNotFound
+from workers.jobs.errors import ChangesNotRetained, TableNotFound, is_write_conflict
 from workers.jobs.metadata import json_object
 
 CHANGE_COLUMNS = StructType(
@@ -146,7 +146,7 @@ def capture(spark: SparkSession, settings: Settings, base_table: str) -> int:
             .option("endingVersion", hi)
             .load(warehouse.table_path(settings, base_table))
         )
-        (
+        writer = (
             changes.write.format("delta")
             .mode("overwrite")
             # Replacing exactly this version range makes a replayed capture idempotent even with a
@@ -156,8 +156,18 @@ def capture(spark: SparkSession, settings: Settings, base_table: str) -> int:
             .option("txnAppId", f"mvlog:{base_table}")
             .option("txnVersion", str(hi))
             .option("userMetadata", replace(state, captured_version=hi).user_metadata())
-            .save(warehouse.table_path(settings, warehouse.mlog_table_name(base_table)))
         )
+        try:
+            writer.save(warehouse.table_path(settings, warehouse.mlog_table_name(base_table)))
+        except Exception as exc:
+            # Another worker (the MV log's purge task, or a FAST refresh of another MV) captured
+            # at the same time and committed first: if it covered this range, so did we.
+            if not is_write_conflict(exc):
+                raise
+            now = _require_state(spark, settings, base_table)
+            if now.captured_version < hi:
+                raise
+            return now.captured_version
         return hi
 
 
