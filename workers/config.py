@@ -60,6 +60,10 @@ class Settings:
     heartbeat_timeout_s: float = 25.0
     # Consumer-group session timeout: how long a dead worker keeps its tasks.
     session_timeout_ms: int = 6000
+    # A role whose loop has not polled for this long leaves its group, so a hung worker's tasks (or a
+    # hung coordinator's DDL partition) move to a live one; librdkafka's default is 300 s. Not set
+    # when session_timeout_ms is 0 (Kafka's defaults everywhere).
+    max_poll_interval_ms: int = 30000
     # Group protocol: "classic" (cooperative-sticky) or "consumer" (KIP-848).
     group_protocol: str = "classic"
     # Bounded executor: concurrent runs per worker process.
@@ -79,6 +83,7 @@ class Settings:
             spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
+            max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from typing import Any
 
 from tests.integration.cluster import Cluster, wait_until
@@ -9,6 +11,7 @@ from workers.config import Settings
 from workers.jobs.tables import create_table
 from workers.kafka.typed import partition_for
 from workers.topics import topic_spec
+from workers.worker.manager import Manager
 
 
 def test_two_workers_each_task_owned_by_exactly_one(spark: Any, settings: Settings) -> None:
@@ -38,3 +41,90 @@ def test_two_workers_each_task_owned_by_exactly_one(spark: Any, settings: Settin
                 assert manager.partition_of[task_id] == partition
     finally:
         cluster.close()
+
+
+class SteppedManager:
+    """A real Manager whose loop the test can hang and resume: ``hang()`` stops calling ``step()``
+    (as a stuck loop would) while its Kafka client's background threads go on."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.manager = Manager(settings)
+        self.running = threading.Event()
+        self.running.set()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._loop, name="stepped-manager", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        try:
+            self.manager.start()
+            while not self.stop.is_set():
+                self.running.wait()
+                self.manager.step()
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+        finally:
+            self.manager.close()
+
+    def hang(self) -> None:
+        self.running.clear()
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.running.set()
+        self.thread.join(60)
+
+
+def test_a_worker_whose_loop_hangs_leaves_the_group_and_its_task_runs_elsewhere(
+    spark: Any, settings: Settings
+) -> None:
+    settings = replace(settings, max_poll_interval_ms=8000)
+    create_table(spark, settings, "sales", [{"id": 1, "amount": 5}], "id BIGINT, amount BIGINT")
+    cluster = Cluster(settings, workers=1)
+    hung = SteppedManager(replace(settings, worker_id="worker-hung"))
+    try:
+        task_ids = [f"mv:mv_{i}" for i in range(6)]
+        for task_id in task_ids:
+            name = task_id.split(":", 1)[1]
+            sql = f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS SELECT id FROM sales"
+            assert cluster.sql(sql)["accepted"]
+
+        def owned_by_hung() -> dict[str, Any] | None:
+            tasks = cluster.client.tasks()
+            done = all(t in tasks and tasks[t]["last_run"] for t in task_ids)
+            mine = [tasks[t] for t in task_ids if t in tasks and tasks[t]["owner"] == "worker-hung"]
+            return mine[0] if done and mine else None
+
+        target = wait_until(owned_by_hung, what="every task refreshed, one owned by worker-hung")
+        hung.hang()
+
+        def moved() -> dict[str, Any] | None:
+            task = cluster.client.tasks()[target["task_id"]]
+            return task if task["owner"] == "worker-0" and task["epoch"] > target["epoch"] else None
+
+        # The hung loop stops polling: after max.poll.interval.ms its client leaves the group and
+        # worker-0 takes the task over (long before librdkafka's default of 300 s).
+        task = wait_until(moved, timeout_s=60, what="the hung worker's task owned by worker-0")
+        assert task["state"] in ("NORMAL", "WARNING")
+        runs = wait_until(
+            lambda: [
+                r
+                for r in cluster.client.history(target["task_id"])
+                if r["worker_id"] == "worker-0" and r["epoch"] >= task["epoch"] and r["state"] != "PENDING"
+            ],
+            what="a run of the moved task on worker-0",
+        )
+        assert runs[0]["state"] in ("RUNNING", "COMPLETED", "SKIPPED"), runs
+
+        # Woken up, the worker finds its partitions lost, stops those maintainers, and rejoins.
+        hung.resume()
+        wait_until(lambda: hung.manager.partitions, what="the woken worker back in the group")
+        assert not hung.errors, hung.errors
+    finally:
+        hung.close()
+        cluster.close()
+    assert not hung.errors, hung.errors

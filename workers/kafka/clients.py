@@ -82,6 +82,10 @@ def consumer_config(
         "auto.offset.reset": "earliest",
         "group.protocol": settings.group_protocol,
     }
+    if settings.session_timeout_ms > 0:
+        # librdkafka requires it to be at least the session timeout.
+        interval = max(settings.max_poll_interval_ms, settings.session_timeout_ms)
+        config["max.poll.interval.ms"] = str(interval)
     if settings.group_protocol == "classic":
         # Incremental rebalances: a worker keeps its other tasks while one partition moves.
         config["partition.assignment.strategy"] = "cooperative-sticky"
