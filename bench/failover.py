@@ -47,9 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, report
-from tests.integration.processes import Fleet, Role, Tail, owners_of, wait_until
+from tests.integration.processes import Fleet, Role, Tail, wait_until
 from workers.client import MvsClient
 from workers.config import Settings
+from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
 from workers.topics import topic_spec
 from workers.worker.runner import SPARK_READY
@@ -121,7 +122,7 @@ class Cell:
         names = set(self.live())
 
         def held() -> dict[str, list[int]] | None:
-            owners = owners_of(self.settings, self.settings.group("workers"))
+            owners = group_owners(self.settings, self.settings.group("workers"))
             ok = set(owners) == names and sum(map(len, owners.values())) == PARTITIONS
             return owners if ok and all(owners.values()) else None
 
@@ -157,7 +158,7 @@ class Cell:
 
     # -- a trial ------------------------------------------------------------------------------------
     def holder(self, task_id: str) -> str:
-        owners = owners_of(self.settings, self.settings.group("workers"))
+        owners = group_owners(self.settings, self.settings.group("workers"))
         partition = partition_for(task_id, PARTITIONS)
         return next(name for name, parts in owners.items() if partition in parts)
 

@@ -75,12 +75,19 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     from workers.client import MvsClient
-    from workers.status import status_table
+    from workers.kafka.admin import group_owners
+    from workers.status import members_table, status_table
     from workers.warehouse import latest_version
 
     client = MvsClient(settings)
     while True:
-        text = status_table(client.tasks(), lambda t: latest_version(settings, t))
+        tasks = client.tasks()
+        members = members_table(
+            group_owners(settings, settings.group("coordinator")),
+            group_owners(settings, settings.group("workers")),
+            tasks,
+        )
+        text = status_table(tasks, lambda t: latest_version(settings, t)) + "\n\n" + members
         if args.watch:
             print("\033[2J\033[H" + time.strftime("%H:%M:%S ") + settings.namespace)
         print(text, flush=True)

@@ -87,6 +87,31 @@ def status_table(
     return table(headers, rows) if rows else "no tasks"
 
 
+def _ranges(partitions: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0-2,5``."""
+    spans: list[list[int]] = []
+    for p in sorted(partitions):
+        if spans and p == spans[-1][1] + 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans) or "-"
+
+
+def members_table(
+    coordinators: dict[str, list[int]], workers: dict[str, list[int]], tasks: dict[str, Record]
+) -> str:
+    """The live roles, from their consumer groups: the coordinator holding the DDL partition is the
+    active one; each worker with the manager partitions it holds and the tasks the catalog gives it."""
+    rows: list[list[object]] = []
+    for name in sorted(coordinators):
+        rows.append(["coordinator", name, "active" if 0 in coordinators[name] else "standby", "-", "-"])
+    for name in sorted(workers):
+        owned = sum(1 for task in tasks.values() if task.get("owner") == name)
+        rows.append(["worker", name, "member", _ranges(workers[name]), owned])
+    return table(["ROLE", "NAME", "STATE", "PARTITIONS", "TASKS"], rows) if rows else "no live roles"
+
+
 def history_table(runs: list[Record]) -> str:
     rows = [
         [

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workers.config import REPO_ROOT, Settings
-from workers.kafka.admin import apply_topics, group_members
+from workers.kafka.admin import apply_topics
 from workers.kafka.typed import Message, TypedConsumer
 from workers.topics import topic_spec
 
@@ -205,12 +205,3 @@ class Tail:
 
     def close(self) -> None:
         self._consumer.close()
-
-
-def owners_of(settings: Settings, group_id: str) -> dict[str, list[int]]:
-    """Role name → partitions it holds in ``group_id`` (client ids are ``<ns>.consumer.<name>``)."""
-    prefix = f"{settings.namespace}.consumer."
-    return {
-        client_id.removeprefix(prefix): sorted(p for _, p in partitions)
-        for client_id, partitions in group_members(settings, group_id).items()
-    }

@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.processes import Fleet, Role, Tail, owners_of, wait_until
+from tests.integration.processes import Fleet, Role, Tail, wait_until
 from workers.cli import main as cli_main
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.jobs.metadata import decode_user_metadata
 from workers.jobs.tables import append, create_table, delta_history, read_table
+from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.topics import topic_spec
@@ -95,7 +96,7 @@ class Harness:
         names = {w.name for w in workers}
 
         def settled() -> bool:
-            owners = owners_of(self.settings, self.settings.group("workers"))
+            owners = group_owners(self.settings, self.settings.group("workers"))
             return (
                 set(owners) == names and all(owners.values()) and sum(map(len, owners.values())) == PARTITIONS
             )
@@ -104,7 +105,7 @@ class Harness:
         return workers[0], workers[1]
 
     def owner_of_partition(self, task_id: str) -> str:
-        owners = owners_of(self.settings, self.settings.group("workers"))
+        owners = group_owners(self.settings, self.settings.group("workers"))
         partition = partition_for(task_id, PARTITIONS)
         return next(name for name, parts in owners.items() if partition in parts)
 
@@ -523,7 +524,7 @@ def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None
     standby = h.fleet.coordinator("c2")
     group = h.settings.group("coordinator")
     wait_until(
-        lambda: owners_of(h.settings, group) == {active.name: [0], standby.name: []},
+        lambda: group_owners(h.settings, group) == {active.name: [0], standby.name: []},
         what="two coordinators in the group, the first one active",
     )
 
@@ -536,7 +537,7 @@ def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None
         issued_by="test-fleet",
     )
     h.client.publish(create)  # nobody applies it until the standby is active
-    wait_until(lambda: owners_of(h.settings, group).get(standby.name) == [0], what="standby holds the DDL")
+    wait_until(lambda: group_owners(h.settings, group).get(standby.name) == [0], what="standby holds the DDL")
     wait_until(lambda: results_for(h, create["event_id"]), what="the DDL applied by the new coordinator")
     active.thaw()
     wait_until(lambda: "coordinator standing by" in active.log(), what="the old coordinator standing by")
@@ -554,7 +555,7 @@ def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None
         issued_by="test-fleet",
     )
     h.client.publish(create2)
-    wait_until(lambda: owners_of(h.settings, group).get(active.name) == [0], what="first coordinator back")
+    wait_until(lambda: group_owners(h.settings, group).get(active.name) == [0], what="first coordinator back")
     h.ok(f"REFRESH MATERIALIZED VIEW {ha2}")
     (result,) = results_for(h, create2["event_id"])
     assert result["accepted"] and result["task_id"] == f"mv:{ha2}"

@@ -6,7 +6,10 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from tests.integration.cluster import Cluster, wait_until
+from workers.cli import main as cli_main
 from workers.config import Settings
 from workers.jobs.tables import create_table
 from workers.kafka.typed import partition_for
@@ -14,7 +17,9 @@ from workers.topics import topic_spec
 from workers.worker.manager import Manager
 
 
-def test_two_workers_each_task_owned_by_exactly_one(spark: Any, settings: Settings) -> None:
+def test_two_workers_each_task_owned_by_exactly_one(
+    spark: Any, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     create_table(spark, settings, "sales", [{"id": 1, "amount": 5}], "id BIGINT, amount BIGINT")
     cluster = Cluster(settings, workers=2)
     try:
@@ -39,8 +44,27 @@ def test_two_workers_each_task_owned_by_exactly_one(spark: Any, settings: Settin
                 assert reported[task_id] == f"worker-{index}"
                 partition = partition_for(task_id, topic_spec("manager").partitions)
                 assert manager.partition_of[task_id] == partition
+
+        # `mvs status` shows the live roles: the active coordinator, and each worker's partitions
+        # and task count, as the group and the catalog say.
+        monkeypatch.setenv("MVS_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+        monkeypatch.setenv("MVS_NAMESPACE", settings.namespace)
+        monkeypatch.setenv("MVS_WAREHOUSE", settings.warehouse)
+        assert cli_main(["status"]) == 0
+        roles = [line.split() for line in capsys.readouterr().out.splitlines()]
+        assert ["coordinator", cluster.coordinator.settings.worker_id, "active", "-", "-"] in roles
+        for index, manager in enumerate(cluster.managers):
+            held = ",".join(str(p) for p in sorted(manager.partitions))
+            row = next(r for r in roles if r[:2] == ["worker", f"worker-{index}"])
+            expanded = [str(p) for part in row[3].split(",") for p in _expand(part)]
+            assert ",".join(expanded) == held and row[4] == str(len(owned[index]))
     finally:
         cluster.close()
+
+
+def _expand(span: str) -> range:
+    first, _, last = span.partition("-")
+    return range(int(first), int(last or first) + 1)
 
 
 class SteppedManager:

@@ -282,3 +282,13 @@ def group_members(settings: Settings, group_id: str) -> dict[str, list[tuple[str
         member.client_id: [(tp.topic, tp.partition) for tp in member.assignment.topic_partitions]
         for member in description.members
     }
+
+
+def group_owners(settings: Settings, group_id: str) -> dict[str, list[int]]:
+    """Role name (its ``worker_id``) → the partitions it holds in ``group_id``; empty while the group
+    rebalances. Client ids are ``<namespace>.consumer.<worker_id>``."""
+    prefix = f"{settings.namespace}.consumer."
+    return {
+        client_id.removeprefix(prefix): sorted(p for _, p in partitions)
+        for client_id, partitions in group_members(settings, group_id).items()
+    }

@@ -1,0 +1,23 @@
+"""`mvs status`: the live roles table."""
+
+from __future__ import annotations
+
+from workers.status import members_table
+
+
+def test_members_show_the_active_coordinator_and_each_workers_partitions_and_tasks() -> None:
+    tasks = {
+        "mv:a": {"owner": "w1"},
+        "mv:b": {"owner": "w1"},
+        "mv:c": {"owner": "w2"},
+        "mvlog:t": {"owner": None},
+    }
+    text = members_table({"c1": [0], "c2": []}, {"w1": [0, 1, 2, 5], "w2": [3, 4]}, tasks)
+    rows = [line.split() for line in text.splitlines()[2:]]
+    assert rows == [
+        ["coordinator", "c1", "active", "-", "-"],
+        ["coordinator", "c2", "standby", "-", "-"],
+        ["worker", "w1", "member", "0-2,5", "2"],
+        ["worker", "w2", "member", "3-4", "1"],
+    ]
+    assert members_table({}, {}, tasks) == "no live roles"
