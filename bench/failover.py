@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, report
-from tests.integration.processes import Fleet, Role, Tail, wait_until
+from tests.integration.cluster import wait_until
+from tests.integration.processes import Fleet, Role, Tail
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.kafka.admin import group_owners

@@ -4,6 +4,7 @@ in a thread against the real broker, sharing the test session's one SparkSession
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -17,21 +18,17 @@ from workers.worker.manager import Manager
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], *, timeout_s: float = 90.0, what: str = "condition") -> T:
+def wait_until(condition: Callable[[], T | None], *, timeout_s: float = 90.0, what: str = "condition") -> T:
     """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
     pause = threading.Event()
-    deadline = threading.Event()
-    timer = threading.Timer(timeout_s, deadline.set)
-    timer.start()
-    try:
-        while not deadline.is_set():
-            value = condition()
-            if value:
-                return value
-            pause.wait(0.1)
-    finally:
-        timer.cancel()
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        pause.wait(0.05)
 
 
 class Cluster:

@@ -17,33 +17,18 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from workers.config import REPO_ROOT, Settings
 from workers.kafka.admin import apply_topics
 from workers.kafka.typed import Message, TypedConsumer
 from workers.topics import topic_spec
 
-T = TypeVar("T")
 Record = dict[str, Any]
-
-
-def wait_until(condition: Callable[[], T | None], *, timeout_s: float = 90.0, what: str = "condition") -> T:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        pause.wait(0.05)
 
 
 def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

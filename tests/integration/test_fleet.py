@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.processes import Fleet, Role, Tail, wait_until
+from tests.integration.cluster import wait_until
+from tests.integration.processes import Fleet, Role, Tail
 from workers.cli import main as cli_main
 from workers.client import MvsClient
 from workers.config import Settings
