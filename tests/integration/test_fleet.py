@@ -13,7 +13,6 @@ Tests run in file order; the destructive ones come last.
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,137 +22,35 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import wait_until
-from tests.integration.processes import Fleet, Role, Tail
+from tests.integration.fleet import (
+    BIG_ROWS,
+    BIG_SCHEMA,
+    BY_REGION,
+    ORDERS_SCHEMA,
+    SLOW_QUERY,
+    TERMINAL,
+    Harness,
+    assert_applied_once,
+    big_rows,
+    caught_up,
+    mv_commits,
+    mv_rows,
+    name_on,
+    order_rows,
+    query_rows,
+    slow_mv_running_on_owner,
+    step,
+)
+from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
-from workers.client import MvsClient
 from workers.config import Settings
 from workers.jobs.metadata import decode_user_metadata
 from workers.jobs.tables import append, create_table, delta_history, read_table
 from workers.kafka.admin import group_owners
-from workers.kafka.messages import partition_for
 from workers.kafka.typed import TypedProducer, read_to_end
-from workers.topics import topic_spec
 from workers.warehouse import latest_version, table_exists
 
 pytestmark = pytest.mark.integration
-
-PARTITIONS = topic_spec("manager").partitions
-BIG_SCHEMA = "id BIGINT, k BIGINT, v BIGINT"
-BIG_ROWS = 14_000
-# A self-join: ~100M joined rows, a few seconds of Spark work — long enough to stop a worker in
-# the middle of it.
-SLOW_QUERY = (
-    "SELECT a.k, count(*) AS pairs, sum(b.v) AS total FROM big a JOIN big b ON a.k = b.k GROUP BY a.k"
-)
-ORDERS_SCHEMA = "id BIGINT, region STRING, amount BIGINT"
-BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS n FROM orders GROUP BY region"
-TERMINAL = {"COMPLETED", "SKIPPED", "ERROR", "CANCELED"}
-
-
-def big_rows(start: int, count: int) -> list[dict[str, Any]]:
-    return [{"id": i, "k": i % 2, "v": i % 97} for i in range(start, start + count)]
-
-
-def order_rows(start: int, count: int) -> list[dict[str, Any]]:
-    regions = ["north", "south", "east"]
-    return [{"id": i, "region": regions[i % 3], "amount": 10 + i} for i in range(start, start + count)]
-
-
-# -- the module's fleet ----------------------------------------------------------------------------
-_T0 = time.monotonic()
-
-
-def step(what: str) -> None:
-    """A timeline line (pytest -s shows it): where a slow test spends its time."""
-    # The real stderr: capsys (the CLI checks) must not see it.
-    print(f"[{time.monotonic() - _T0:7.1f}s] {what}", file=sys.__stderr__, flush=True)
-
-
-class Harness:
-    """The fleet plus what every test reads: run records as they arrive, and a client."""
-
-    def __init__(self, settings: Settings, fleet: Fleet, spark: Any) -> None:
-        self.settings = settings
-        self.fleet = fleet
-        self.spark = spark
-        self.runs = Tail(settings, "runs")
-        self.client = MvsClient(settings, issued_by="test-fleet")
-        self._workers = 0
-        self.warming: str | None = None  # an MV that starts a replacement worker's JVM
-        self.cold: str | None = None  # that replacement, until it is warm
-
-    # roles
-    def new_worker(self) -> Role:
-        self._workers += 1
-        return self.fleet.worker(f"w{self._workers}")
-
-    def live_workers(self) -> list[Role]:
-        return [r for r in self.fleet.roles if r.kind == "worker" and r.alive]
-
-    def pair(self) -> tuple[Role, Role]:
-        """The two live workers, once both are in the group and hold every partition between them."""
-        workers = self.live_workers()
-        assert len(workers) == 2, [w.name for w in workers]
-        names = {w.name for w in workers}
-
-        def settled() -> bool:
-            owners = group_owners(self.settings, self.settings.group("workers"))
-            return (
-                set(owners) == names and all(owners.values()) and sum(map(len, owners.values())) == PARTITIONS
-            )
-
-        wait_until(settled, timeout_s=60, what=f"workers {sorted(names)} sharing every partition")
-        return workers[0], workers[1]
-
-    def owner_of_partition(self, task_id: str) -> str:
-        owners = group_owners(self.settings, self.settings.group("workers"))
-        partition = partition_for(task_id, PARTITIONS)
-        return next(name for name, parts in owners.items() if partition in parts)
-
-    # DDL and catalog
-    def sql(self, statement: str) -> dict[str, Any]:
-        result = self.client.execute(statement, timeout_s=60)
-        assert result is not None
-        return result
-
-    def ok(self, statement: str) -> dict[str, Any]:
-        result = self.sql(statement)
-        assert result["accepted"], (statement, result)
-        return result
-
-    def task(self, task_id: str) -> dict[str, Any] | None:
-        return self.client.tasks().get(task_id)
-
-    # runs
-    def run(self, task_id: str, *, states: set[str], after: int = 0, **match: Any) -> dict[str, Any] | None:
-        """The first run record of ``task_id`` (from index ``after`` of the tail) in one of ``states``
-        whose fields equal ``match``."""
-        self.runs.poll()
-        for record in self.runs.records[after:]:
-            matches = all(record.get(k) == v for k, v in match.items())
-            if record["task_id"] == task_id and record["state"] in states and matches:
-                return record
-        return None
-
-    def wait_run(self, task_id: str, *, states: set[str], timeout_s: float = 120, **match: Any) -> Any:
-        return wait_until(
-            lambda: self.run(task_id, states=states, **match),
-            timeout_s=timeout_s,
-            what=f"a {'/'.join(sorted(states))} run of {task_id} with {match}",
-        )
-
-    def runs_of(self, task_id: str, after: int = 0) -> list[dict[str, Any]]:
-        self.runs.poll()
-        return [r for r in self.runs.records[after:] if r["task_id"] == task_id]
-
-    def mark(self) -> int:
-        """A position in the run history: records after it are news."""
-        self.runs.poll()
-        return len(self.runs.records)
-
-    def close(self) -> None:
-        self.runs.close()
-        self.client.close()
 
 
 @pytest.fixture(scope="module")
@@ -189,31 +86,6 @@ def harness(
         h.close()
 
 
-def name_on(h: Harness, prefix: str, *, on: str | None = None, off: str | None = None) -> str:
-    """An MV name (``prefix`` + a number) whose task lands on a partition that worker ``on`` holds
-    now, or that worker ``off`` does not hold (one still starting its JVM)."""
-    for i in range(1000):
-        owner = h.owner_of_partition(f"mv:{prefix}{i}")
-        if (on is None or owner == on) and (off is None or owner != off):
-            return f"{prefix}{i}"
-    raise AssertionError(f"no name for {prefix} on {on} / off {off}")
-
-
-def warm_name(h: Harness, worker: str) -> str:
-    return name_on(h, f"warm_{worker}_", on=worker)
-
-
-def _warm_up(h: Harness) -> None:
-    """Start both workers' Spark JVMs at once: one tiny MV on a partition of each."""
-    h.pair()
-    step("fleet: workers share the partitions")
-    names = [warm_name(h, w.name) for w in h.live_workers()]
-    for name in names:
-        h.ok(f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders")
-    for name in names:
-        h.wait_run(f"mv:{name}", states={"COMPLETED"}, timeout_s=180)
-
-
 @pytest.fixture
 def h(harness: Harness) -> Iterator[Harness]:
     """The module harness; prints what the roles logged during the test (shown when it fails)."""
@@ -227,53 +99,12 @@ def h(harness: Harness) -> Iterator[Harness]:
         print(text[-15000:])
 
 
-# -- checks ----------------------------------------------------------------------------------------
-def query_rows(h: Harness, query: str, table: str) -> list[tuple[Any, ...]]:
-    path = f"{h.settings.warehouse}/{table}"
-    sql = query.replace(f"FROM {table} ", f"FROM delta.`{path}` ").replace(
-        f"JOIN {table} ", f"JOIN delta.`{path}` "
-    )
-    return sorted(tuple(r) for r in h.spark.sql(sql).collect())
-
-
-def mv_rows(h: Harness, name: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r.values()) for r in read_table(h.spark, h.settings, name))
-
-
-def mv_commits(h: Harness, name: str) -> list[tuple[int, int, dict[str, int], str]]:
-    """(Delta version, epoch, watermark, run id) of every refresh commit of an MV, oldest first."""
-    out = []
-    for commit in reversed(delta_history(h.spark, h.settings, name)):
-        meta = decode_user_metadata(commit["userMetadata"])
-        if meta is not None:
-            out.append((commit["version"], meta.epoch, meta.watermark, meta.run_id))
-    return out
-
-
-def assert_applied_once(commits: list[tuple[int, int, dict[str, int], str]]) -> None:
-    """No refresh result landed twice, and no older epoch committed after a newer one."""
-    seen = [(epoch, tuple(sorted(wm.items()))) for _, epoch, wm, _ in commits]
-    assert len(seen) == len(set(seen)), f"a refresh result was applied twice: {commits}"
-    epochs = [epoch for _, epoch, _, _ in commits]
-    assert epochs == sorted(epochs), f"an older epoch committed after a newer one: {commits}"
-
-
-def caught_up(h: Harness, task_id: str, table: str) -> bool:
-    task = h.task(task_id)
-    return bool(task and task["checkpoint"].get(table) == latest_version(h.settings, table))
-
-
-def slow_mv_running_on_owner(h: Harness, name: str) -> tuple[dict[str, Any], Role, Role]:
-    """Create the slow MV and return the RUNNING record of its first refresh (the workers' JVMs
-    are warm: its Spark job is under way) with (its worker, the other worker)."""
-    task_id = f"mv:{name}"
-    h.ok(f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS {SLOW_QUERY}")
-    running = h.wait_run(task_id, states={"RUNNING"})
-    step(f"{name}: first refresh running on {running['worker_id']}")
-    workers = {w.name: w for w in h.live_workers()}
-    owner = workers.pop(running["worker_id"])
-    (other,) = workers.values()
-    return running, owner, other
+def _warm_up(h: Harness) -> None:
+    """Both workers in the group, with their Spark sessions (started at launch) up."""
+    h.pair()
+    step("fleet: workers share the partitions")
+    for worker in h.live_workers():
+        h.wait_warm(worker)
 
 
 def cli(capsys: pytest.CaptureFixture[str], statement: str) -> tuple[int, str, str]:
@@ -431,13 +262,11 @@ def test_kill_9_mid_refresh_moves_the_task_and_applies_each_result_once(h: Harne
     )
     assert task["state"] == "NORMAL" and task["epoch"] == done["epoch"]
     h.ok("DROP MATERIALIZED VIEW slow")
-    # The SIGTERM test needs two warm workers: start the replacement's JVM now, while the next
-    # test runs (it waits for this MV).
+    # The SIGTERM test needs two warm workers: start the replacement now; its Spark starts at launch
+    # while the next tests run (the SIGTERM test waits for it).
     replacement = h.new_worker()
     h.pair()
     h.cold = replacement.name  # the tests until the SIGTERM one keep their MVs off it
-    h.warming = warm_name(h, replacement.name)
-    h.ok(f"CREATE MATERIALIZED VIEW {h.warming} REFRESH COMPLETE ON DEMAND AS SELECT id FROM orders")
 
 
 # -- stale epochs ----------------------------------------------------------------------------------
@@ -607,8 +436,8 @@ def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
 # -- a worker leaves ------------------------------------------------------------------------------
 def test_sigterm_hands_off_without_a_failed_run(h: Harness) -> None:
     h.pair()
-    if h.warming:
-        h.wait_run(f"mv:{h.warming}", states={"COMPLETED"}, timeout_s=180)
+    for worker in h.live_workers():
+        h.wait_warm(worker)
     step("handoff: both workers warm")
     running, leaving, staying = slow_mv_running_on_owner(h, "handoff")
     signalled = time.time()

@@ -1,0 +1,226 @@
+"""What the maintainer FSM tests share: a fake Runner (gated runs), the harness of real scheduling
+parts around a Maintainer (ManualClock, DueQueue, BoundedExecutor, BatchSystem on the test thread),
+and task records. See test_maintainer.py and test_maintainer_runs.py."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from workers.coordinator.handlers import Context, maintainer_command, new_task
+from workers.jobs.errors import RunCancelled
+from workers.sched.clock import ManualClock
+from workers.sched.due import DueQueue
+from workers.sched.executor import BoundedExecutor
+from workers.sched.mailbox import BatchSystem
+from workers.sched.metrics import SchedMetrics
+from workers.sched.retry import REFRESH_RETRY, RetryPolicy
+from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv
+from workers.worker.runner import RunResult
+
+WAIT = 5.0
+Record = dict[str, Any]
+
+
+# -- the fake runner ------------------------------------------------------------------------------
+class Gate:
+    """Makes one run block until released; a cancel releases it (unless ``stubborn``)."""
+
+    def __init__(self, *, stubborn: bool = False) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.stubborn = stubborn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if not self.stubborn:
+            self.release.set()
+
+    def pass_through(self) -> None:
+        self.started.set()
+        assert self.release.wait(WAIT), "gate never released"
+        if self.cancelled and not self.stubborn:
+            raise RunCancelled("cancelled")
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: str
+    task_id: str
+    epoch: int
+    job_group: str
+    started: float
+
+
+class FakeRunner:
+    """Base tables are a dict of versions; a refresh reflects them. Failures and gates are scripted."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.versions: dict[str, int] = {"t": 1}
+        self.calls: list[Call] = []
+        self.version_reads = 0
+        self.cancelled: list[str] = []
+        self._lock = threading.Lock()
+        self._errors: dict[str, list[BaseException]] = {}
+        self._gates: dict[str, Gate] = {}
+        self._active: dict[str, Gate] = {}
+
+    def fail(self, task_id: str, *errors: BaseException) -> None:
+        self._errors.setdefault(task_id, []).extend(errors)
+
+    def gate(self, task_id: str, *, stubborn: bool = False) -> Gate:
+        gate = self._gates[task_id] = Gate(stubborn=stubborn)
+        return gate
+
+    def base_versions(self, tables: list[str]) -> dict[str, int]:
+        with self._lock:
+            self.version_reads += 1
+            return {t: self.versions[t] for t in tables}
+
+    def _run(self, kind: str, task: Record, job_group: str) -> dict[str, int]:
+        """Pins the base versions first (as the real refresh does), then blocks/fails as scripted."""
+        task_id = task["task_id"]
+        with self._lock:
+            self.calls.append(Call(kind, task_id, task["epoch"], job_group, self.clock.monotonic()))
+            pinned = {t: self.versions[t] for t in (task["mv"] or {}).get("base_tables", [])}
+            gate = self._gates.pop(task_id, None)
+            errors = self._errors.get(task_id)
+            error = errors.pop(0) if errors else None
+            if gate is not None:
+                self._active[job_group] = gate
+        if gate is not None:
+            gate.pass_through()
+        if error is not None:
+            raise error
+        return pinned
+
+    def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:
+        pinned = self._run("refresh", task, job_group)
+        return RunResult("COMPLETED", 3, {}, pinned, "wrote 3 rows")
+
+    def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
+        self._run("purge", task, job_group)
+        return RunResult("COMPLETED", 0, {}, {}, "purged")
+
+    def cancel(self, job_group: str) -> None:
+        with self._lock:
+            self.cancelled.append(job_group)
+            gate = self._active.get(job_group)
+        if gate is not None:
+            gate.cancel()
+
+    def drop(self, task: Record) -> None:
+        pass
+
+
+# -- the harness ----------------------------------------------------------------------------------
+class Harness:
+    """What the manager gives its maintainers, with the manager's tick: due keys → Due messages."""
+
+    def __init__(
+        self,
+        *,
+        slots: int = 2,
+        queue: int = 16,
+        retry: RetryPolicy = REFRESH_RETRY,
+        rng: random.Random | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.clock = ManualClock(start=1000.0, wall_start_ms=1_700_000_000_000)
+        self.executor = BoundedExecutor(slots, queue, clock=self.clock, watchdog=False)
+        self.due: DueQueue[str] = DueQueue()
+        self.mail = BatchSystem(pollers=1, name="test")  # never started: handled on this thread
+        self.runner = FakeRunner(self.clock)
+        self.records: list[Record] = []
+        self.dirty: set[str] = set()
+        self.metrics = SchedMetrics(CollectorRegistry())
+        self.env = MaintainerEnv(
+            worker_id="w1",
+            clock=self.clock,
+            executor=self.executor,
+            due=self.due,
+            runner=self.runner,
+            send_to_self=self.mail.send,
+            publish=lambda topic, key, record: self.records.append(record),
+            status_changed=self.dirty.add,
+            run_timeout_s=timeout_s,
+            retry=retry,
+            metrics=self.metrics,
+            rng=rng if rng is not None else random.Random(0),
+        )
+
+    def add(self, task: Record) -> Maintainer:
+        maintainer = Maintainer(task, self.env)
+        self.mail.register(maintainer.task_id, maintainer)
+        return maintainer
+
+    def send(self, task_id: str, message: object) -> None:
+        assert self.mail.send(task_id, message)
+        self.mail.run_pending()
+
+    def tick(self, *, settle: bool = True) -> int:
+        due = self.due.pop_due(self.clock.monotonic())
+        for task_id in due:
+            self.mail.send(task_id, Due())
+        self.mail.run_pending()
+        if settle:
+            self.settle()
+        return len(due)
+
+    def settle(self) -> None:
+        """Until every run ended and every outcome was handled (handling may start more runs)."""
+        while True:
+            assert self.executor.wait_idle(timeout_s=WAIT), "runs never finished"
+            if self.mail.run_pending() == 0:
+                return
+
+    def runs(self, task_id: str) -> list[Record]:
+        """The last record of each run of ``task_id``, in start order (as ``mvs history`` shows)."""
+        latest: dict[str, Record] = {}
+        for record in self.records:
+            if record["task_id"] == task_id:
+                latest[record["run_id"]] = record
+        return list(latest.values())
+
+    def states(self, task_id: str) -> list[str]:
+        return [r["state"] for r in self.runs(task_id)]
+
+    def refreshes(self, task_id: str) -> int:
+        return len([c for c in self.runner.calls if c.task_id == task_id])
+
+
+CTX = Context(now_ms=0, coordinator_epoch=1, table_exists=lambda table: True)
+
+
+def mv(
+    name: str, kind: str = "EVERY", interval_ms: int | None = 60_000, *, epoch: int = 1, base: str = "t"
+) -> Record:
+    spec = {
+        "query": f"SELECT * FROM {base}",
+        "refresh_mode": "COMPLETE",
+        "trigger": {"kind": kind, "interval_ms": interval_ms},
+        "base_tables": [base],
+    }
+    return {**new_task(f"mv:{name}", "MV", name, CTX, mv=spec), "epoch": epoch}
+
+
+def mv_log(base: str, purge_interval_ms: int) -> Record:
+    spec = {"base_table": base, "purge_interval_ms": purge_interval_ms}
+    return new_task(f"mvlog:{base}", "MV_LOG", base, CTX, mv_log=spec)
+
+
+def command(kind: str, task_id: str, epoch: int) -> Command:
+    return Command(maintainer_command(kind, {"task_id": task_id, "epoch": epoch}, CTX))
+
+
+class FixedJitter(random.Random):
+    """Jitter is always a quarter of its range, so the backoff sequence is exact."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + 0.25 * (b - a)
