@@ -9,9 +9,12 @@
 The CLI (`mvs`) is a thin shell over this class. Any Kafka producer that writes the DdlEvent
 Avro schema to the DDL topic does the same as ``publish``.
 
-Every call is bounded by its ``timeout_s`` whatever the broker does, and fails with a typed
+Every call first probes the broker within its ``timeout_s`` (a broker down or silent, refused
+credentials, a missing topic) and then keeps its Kafka calls to what is left; it fails with a typed
 ``MvsClientError`` carrying a seed-002 code: ``BrokerUnavailable`` / ``AuthenticationFailed`` /
-``NotAuthorized`` (3001), ``TopicNotFound`` (1003), ``StatementError`` (1001), ``DdlTimeout``.
+``NotAuthorized`` (3001), ``TopicNotFound`` (1003), ``StatementError`` (1001), ``DdlTimeout`` (3001).
+A broker that vanishes in the middle of a call can still hold it up to the bus package's own request
+timeouts; the CLI adds a watchdog so a command never outlives its ``--timeout``.
 """
 
 from __future__ import annotations
