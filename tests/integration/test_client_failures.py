@@ -123,3 +123,35 @@ def test_the_python_client_raises_a_typed_error(closed_port: str, tmp_path: Path
     with pytest.raises(BrokerUnavailable) as raised:
         client.tasks(timeout_s=1.0)
     assert raised.value.code == 3001 and closed_port in str(raised.value)
+
+
+HANGING_COMMAND = """
+import sys
+from confluent_kafka import Consumer
+from workers import cli
+
+def hangs(settings, args):  # a librdkafka call no deadline bounds: blocks for 120 s
+    consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "log_level": "0"})
+    consumer.subscribe(["t"])
+    consumer.poll(120)
+    return 0
+
+cli.cmd_sql = hangs
+sys.exit(cli.main(["sql", "DROP MATERIALIZED VIEW v", "--timeout", sys.argv[2]]))
+"""
+
+
+def test_the_watchdog_ends_a_command_stuck_inside_librdkafka(closed_port: str) -> None:
+    """The process exits (its stuck daemon thread does not hold it) with the one line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MVS_")}
+    env["MVS_BOOTSTRAP_SERVERS"] = closed_port
+    done = subprocess.run(
+        [sys.executable, "-c", HANGING_COMMAND, closed_port, str(TIMEOUT_S)],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    line = one_error_line(done)
+    assert line == f"ERROR 3001: broker unreachable at {closed_port} (no answer within {TIMEOUT_S}s)", line
