@@ -20,7 +20,7 @@ timeouts; the CLI adds a watchdog so a command never outlives its ``--timeout``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -138,13 +138,20 @@ class MvsClient:
         self._producer: TypedProducer | None = None
         self._producer_timeout_s: float | None = None
 
-    def connect(self, deadline: Deadline, *logical_topics: str) -> Settings:
-        """Settings whose clients keep to ``deadline``, after checking the broker answers and has the
-        topics: a down broker or refused credentials surface here, typed, instead of as silent retries."""
+    def connect(
+        self, deadline: Deadline, *, reads: Sequence[str] = (), writes: Sequence[str] = ()
+    ) -> Settings:
+        """Settings whose clients keep to ``deadline``, after checking that the broker answers, has
+        the topics and lets us read ``reads`` and write ``writes`` (logical names): a down broker,
+        refused credentials or a missing ACL surface here, typed, instead of as silent retries."""
         settings = bounded(self.settings, deadline.timeout_s, quiet=self.quiet_kafka_logs)
-        physical = [settings.topic(t) for t in logical_topics]
         with _bus_errors():
-            probe(settings, deadline.remaining(), topics=physical)
+            probe(
+                settings,
+                deadline.remaining(),
+                reads=[settings.topic(t) for t in reads],
+                writes=[settings.topic(t) for t in writes],
+            )
         return settings
 
     def _producer_for(self, settings: Settings, timeout_s: float) -> TypedProducer:
@@ -157,7 +164,7 @@ class MvsClient:
     def publish(self, event: Record, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
         """Publish one DdlEvent; returns its event id."""
         deadline = Deadline(timeout_s)
-        settings = self.connect(deadline, "ddl")
+        settings = self.connect(deadline, writes=["ddl"])
         self._send(settings, event, deadline)
         return str(event["event_id"])
 
@@ -173,7 +180,7 @@ class MvsClient:
         ``BrokerUnavailable`` / ``AuthenticationFailed`` / ``TopicNotFound`` / ``DdlTimeout``."""
         event = parse(sql, issued_by=self.issued_by)
         deadline = Deadline(timeout_s)
-        settings = self.connect(deadline, "ddl", *(("ddl.results",) if wait else ()))
+        settings = self.connect(deadline, writes=["ddl"], reads=["ddl.results"] if wait else [])
         if not wait:
             self._send(settings, event, deadline)
             return None
@@ -200,7 +207,7 @@ class MvsClient:
         )
 
     def _read(self, topic: str, deadline: Deadline) -> list[Message]:
-        settings = self.connect(deadline, topic)
+        settings = self.connect(deadline, reads=[topic])
         with _bus_errors():
             return read_to_end(settings, topic, timeout_s=deadline.remaining())
 

@@ -17,8 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
+
+# confluent_kafka.admin re-exports it without __all__, which mypy --strict rejects.
+from confluent_kafka.admin._acl import AclOperation
 
 from workers.config import Settings
 from workers.kafka.clients import admin_config
@@ -87,16 +90,49 @@ def _detail(text: str) -> str:
     return " ".join((rest if sep else text).split())[:300]
 
 
+def _check_access(admin: AdminClient, needs: Mapping[str, AclOperation], deadline: float) -> None:
+    """Raise ``BusError(code=TOPIC_AUTHORIZATION_FAILED)`` for a topic the broker says we may not
+    read (or write) as needed. Best effort: where the broker does not say (or does not answer in
+    time), the operation itself reports what goes wrong."""
+    if not needs:
+        return
+    remaining = max(0.1, deadline - time.monotonic())
+    futures = admin.describe_topics(
+        TopicCollection(list(needs)), include_authorized_operations=True, request_timeout=remaining
+    )
+    for topic, future in futures.items():
+        try:
+            operations = future.result(timeout=remaining + 1.0).authorized_operations
+        except KafkaException as exc:
+            error = BusError.from_kafka(f"describe topic {topic}", exc)
+            if error.code == "TOPIC_AUTHORIZATION_FAILED":
+                raise BusError(f"not authorized to describe topic {topic}", code=error.code) from exc
+            continue
+        except TimeoutError:
+            continue
+        need = needs[topic]
+        if operations is not None and need not in operations and AclOperation.ALL not in operations:
+            verb = need.name.lower()
+            raise BusError(
+                f"not authorized to {verb} topic {topic} (the principal needs {need.name} on it)",
+                code="TOPIC_AUTHORIZATION_FAILED",
+            )
+
+
 def probe(
     settings: Settings,
     timeout_s: float,
     *,
     topics: Sequence[str] = (),
+    reads: Sequence[str] = (),
+    writes: Sequence[str] = (),
     admin_options: Mapping[str, str] | None = None,
 ) -> frozenset[str]:
-    """Within ``timeout_s``: reach a broker, authenticate, and check that the physical ``topics``
-    exist. Returns the physical topic names the cluster shows us; raises ``AuthenticationFailed``
-    (at once), ``BrokerUnreachable`` (at the deadline) or ``TopicMissing``."""
+    """Within ``timeout_s``: reach a broker, authenticate, check that the physical ``topics`` (and
+    ``reads``, ``writes``) exist and that the broker lets us read ``reads`` and write ``writes``.
+    Returns the physical topic names the cluster shows us; raises ``AuthenticationFailed`` (at
+    once), ``BrokerUnreachable`` (at the deadline), ``TopicMissing`` or a ``BusError`` with code
+    ``TOPIC_AUTHORIZATION_FAILED``."""
     where = settings.bootstrap_servers
     errors: list[KafkaError] = []
     lock = threading.Lock()
@@ -140,7 +176,7 @@ def probe(
             continue
         break
     present = frozenset(metadata.topics)
-    for topic in topics:
+    for topic in dict.fromkeys([*topics, *reads, *writes]):
         meta = metadata.topics.get(topic)
         if meta is None:
             raise TopicMissing(
@@ -150,4 +186,7 @@ def probe(
             )
         if meta.error is not None:
             raise BusError.from_kafka(f"topic {topic}", meta.error)
+    needs = {topic: AclOperation.READ for topic in reads}
+    needs.update({topic: AclOperation.WRITE for topic in writes})
+    _check_access(admin, needs, deadline)
     return present
