@@ -8,88 +8,240 @@
 
 The CLI (`mvs`) is a thin shell over this class. Any Kafka producer that writes the DdlEvent
 Avro schema to the DDL topic does the same as ``publish``.
+
+Every call first probes the broker within its ``timeout_s`` (a broker down or silent, refused
+credentials, a missing topic) and then keeps its Kafka calls to what is left; it fails with a typed
+``MvsClientError`` carrying a seed-002 code: ``BrokerUnavailable`` / ``AuthenticationFailed`` /
+``NotAuthorized`` (3001), ``TopicNotFound`` (1003), ``StatementError`` (1001), ``DdlTimeout`` (3001).
+A broker that vanishes in the middle of a call can still hold it up to the bus package's own request
+timeouts; the CLI adds a watchdog so a command never outlives its ``--timeout``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-from workers.catalog.store import restore_catalog
+from workers.catalog.errors import ErrorCode
 from workers.config import Settings
 from workers.ddl.parser import parse_statement
-from workers.kafka.typed import TypedConsumer, TypedProducer, read_to_end
+from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
+from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
+from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, latest_by_key, read_to_end
 
 Record = dict[str, Any]
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 30.0
+_AUTHORIZATION_CODES = frozenset(
+    {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
+)
 
 
-class DdlTimeout(TimeoutError):
-    pass
+class MvsClientError(Exception):
+    """A client call failed; ``code`` is the seed-002 error code, ``str()`` one line for the user."""
+
+    code: int = int(ErrorCode.BUS_UNAVAILABLE)
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(" ".join(message.split()))
+        if code is not None:
+            self.code = code
+
+
+class BrokerUnavailable(MvsClientError):
+    """No broker answered within the timeout."""
+
+
+class AuthenticationFailed(MvsClientError):
+    """The broker refused the SASL credentials or the TLS handshake."""
+
+
+class NotAuthorized(MvsClientError):
+    """The principal may not read (or write) a topic or describe a group the call needs."""
+
+
+class TopicNotFound(MvsClientError):
+    """A topic is missing: the namespace was never applied (``mvs topics apply``)."""
+
+    code = int(ErrorCode.NOT_FOUND)
+
+
+class StatementError(MvsClientError):
+    """The statement is not valid DDL (nothing was published)."""
+
+    code = int(ErrorCode.INVALID_CONFIG)
+
+
+class DdlTimeout(MvsClientError, TimeoutError):
+    """The event was published but no coordinator answered in time (it may still apply it)."""
+
+
+def client_error(exc: BusError) -> MvsClientError:
+    """The typed client error for a bus failure."""
+    if isinstance(exc, BusAuthenticationFailed):
+        return AuthenticationFailed(str(exc))
+    if isinstance(exc, TopicMissing):
+        return TopicNotFound(str(exc))
+    if exc.code in _AUTHORIZATION_CODES:
+        return NotAuthorized(str(exc))
+    if isinstance(exc, BrokerUnreachable):
+        return BrokerUnavailable(str(exc))
+    return BrokerUnavailable(f"{exc}")
+
+
+class Deadline:
+    """The time left of one call."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._end = time.monotonic() + timeout_s
+
+    def remaining(self, floor_s: float = 0.1) -> float:
+        return max(floor_s, self._end - time.monotonic())
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self._end
+
+
+@contextmanager
+def _bus_errors() -> Iterator[None]:
+    try:
+        yield
+    except BusError as exc:
+        raise client_error(exc) from exc
+
+
+def parse(sql: str, *, issued_by: str) -> Record:
+    """The DdlEvent of one statement, or ``StatementError`` (whatever the parser raised)."""
+    from workers.ddl.errors import DdlError
+
+    try:
+        return parse_statement(sql, issued_by=issued_by)
+    except DdlError as exc:
+        raise StatementError(str(exc)) from exc
+    except RecursionError as exc:
+        raise StatementError("statement is nested too deeply to parse") from exc
+    except (ValueError, TypeError) as exc:  # a parser bug must not look like a bus failure
+        raise StatementError(f"statement could not be parsed: {exc}") from exc
 
 
 class MvsClient:
-    def __init__(self, settings: Settings, *, issued_by: str = "mvs-client") -> None:
+    def __init__(
+        self, settings: Settings, *, issued_by: str = "mvs-client", quiet_kafka_logs: bool = False
+    ) -> None:
         self.settings = settings
         self.issued_by = issued_by
+        self.quiet_kafka_logs = quiet_kafka_logs
         self._producer: TypedProducer | None = None
+        self._producer_timeout_s: float | None = None
 
-    @property
-    def producer(self) -> TypedProducer:
-        if self._producer is None:
-            self._producer = TypedProducer(self.settings)
+    def connect(
+        self, deadline: Deadline, *, reads: Sequence[str] = (), writes: Sequence[str] = ()
+    ) -> Settings:
+        """Settings whose clients keep to ``deadline``, after checking that the broker answers, has
+        the topics and lets us read ``reads`` and write ``writes`` (logical names): a down broker,
+        refused credentials or a missing ACL surface here, typed, instead of as silent retries."""
+        settings = bounded(self.settings, deadline.timeout_s, quiet=self.quiet_kafka_logs)
+        with _bus_errors():
+            probe(
+                settings,
+                deadline.remaining(),
+                reads=[settings.topic(t) for t in reads],
+                writes=[settings.topic(t) for t in writes],
+            )
+        return settings
+
+    def _producer_for(self, settings: Settings, timeout_s: float) -> TypedProducer:
+        if self._producer is None or self._producer_timeout_s != timeout_s:
+            self.close()
+            self._producer = TypedProducer(settings, config=producer_options(timeout_s))
+            self._producer_timeout_s = timeout_s
         return self._producer
 
-    def publish(self, event: Record) -> str:
+    def publish(self, event: Record, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
         """Publish one DdlEvent; returns its event id."""
-        self.producer.send("ddl", event["name"], event)
-        self.producer.flush()
+        deadline = Deadline(timeout_s)
+        settings = self.connect(deadline, writes=["ddl"])
+        self._send(settings, event, deadline)
         return str(event["event_id"])
 
+    def _send(self, settings: Settings, event: Record, deadline: Deadline) -> None:
+        producer = self._producer_for(settings, deadline.timeout_s)
+        with _bus_errors():
+            producer.send("ddl", event["name"], event)
+            producer.flush(deadline.remaining())
+
     def execute(self, sql: str, *, wait: bool = True, timeout_s: float = 60.0) -> Record | None:
-        """Parse and publish one DDL statement; with ``wait``, return the coordinator's DdlResult."""
-        event = parse_statement(sql, issued_by=self.issued_by)
+        """Parse and publish one DDL statement; with ``wait``, return the coordinator's DdlResult.
+        Raises ``StatementError`` before touching the broker, and at most ``timeout_s`` later
+        ``BrokerUnavailable`` / ``AuthenticationFailed`` / ``TopicNotFound`` / ``DdlTimeout``."""
+        event = parse(sql, issued_by=self.issued_by)
+        deadline = Deadline(timeout_s)
+        settings = self.connect(deadline, writes=["ddl"], reads=["ddl.results"] if wait else [])
         if not wait:
-            self.publish(event)
+            self._send(settings, event, deadline)
             return None
         # Subscribe to the results before publishing, so the answer cannot slip past us.
-        results = TypedConsumer(self.settings, group_id=None)
+        results = TypedConsumer(settings, group_id=None)
         try:
-            results.assign("ddl.results", [0], from_beginning=False)
-            results.poll(0)
-            event_id = self.publish(event)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                message = results.poll(0.2)
-                if (
-                    message is not None
-                    and message.value is not None
-                    and message.value["event_id"] == event_id
-                ):
-                    return message.value
+            with _bus_errors():
+                results.assign("ddl.results", [0], from_beginning=False)
+                results.poll(0)
+                self._send(settings, event, deadline)
+                while not deadline.passed:
+                    message = results.poll(min(0.2, deadline.remaining()))
+                    if (
+                        message is not None
+                        and message.value is not None
+                        and message.value["event_id"] == event["event_id"]
+                    ):
+                        return message.value
         finally:
             results.close()
         raise DdlTimeout(
-            f"no answer from a coordinator within {timeout_s:.0f}s (is `mvs coordinator` running?)"
+            f"no answer from a coordinator within {timeout_s:g}s (is `mvs coordinator` running? "
+            "the statement was published and may still be applied)"
         )
 
-    def tasks(self) -> dict[str, Record]:
-        return restore_catalog(self.settings)
+    def _read(self, topic: str, deadline: Deadline) -> list[Message]:
+        settings = self.connect(deadline, reads=[topic])
+        with _bus_errors():
+            return read_to_end(settings, topic, timeout_s=deadline.remaining())
 
-    def history(self, task_id: str | None = None, limit: int = 50) -> list[Record]:
+    def tasks(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Record]:
+        """The catalog: the live tasks (the last record per task id; a tombstone removes)."""
+        messages = self._read("catalog", Deadline(timeout_s))
+        return {key: m.value for key, m in latest_by_key(messages).items() if m.value is not None}
+
+    def history(
+        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> list[Record]:
         """Run records, newest last; the latest record per run id wins (RUNNING → COMPLETED)."""
         runs: dict[str, Record] = {}
-        for message in read_to_end(self.settings, "runs"):
+        for message in self._read("runs", Deadline(timeout_s)):
             record = message.value
             if record is not None and (task_id is None or record["task_id"] == task_id):
                 runs[record["run_id"]] = record
         ordered = sorted(runs.values(), key=lambda r: (r["started_at"], r["ended_at"] or 0))
         return ordered[-limit:]
 
-    def ddl_history(self, task_id: str | None = None, limit: int = 50) -> list[Record]:
+    def ddl_history(
+        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> list[Record]:
         """Every DDL event with the coordinator's answer: the task's lifecycle, refusals included."""
-        answers = {m.value["event_id"]: m.value for m in read_to_end(self.settings, "ddl.results") if m.value}
+        deadline = Deadline(timeout_s)
+        answers = {m.value["event_id"]: m.value for m in self._read("ddl.results", deadline) if m.value}
+        return self._ddl_entries(self._read("ddl", deadline), answers, task_id, limit)
+
+    @staticmethod
+    def _ddl_entries(
+        events: list[Message], answers: dict[str, Record], task_id: str | None, limit: int
+    ) -> list[Record]:
         entries = []
-        for message in read_to_end(self.settings, "ddl"):
+        for message in events:
             event = message.value
             answer = answers.get(event["event_id"]) if event else None
             if event is None or (task_id is not None and (answer or {}).get("task_id") != task_id):
@@ -108,6 +260,13 @@ class MvsClient:
 
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.flush()
-            self._producer.close()
-            self._producer = None
+            producer, self._producer = self._producer, None
+            producer.close(timeout_s=self._producer_timeout_s or DEFAULT_TIMEOUT_S)
+
+
+def attempt(call: Callable[[], T]) -> tuple[T | None, MvsClientError | None]:
+    """``call()``'s result, or the client error it raised (for views that show what they can)."""
+    try:
+        return call(), None
+    except MvsClientError as exc:
+        return None, exc

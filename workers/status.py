@@ -151,3 +151,8 @@ def ddl_table(entries: list[Record]) -> str:
         for e in entries
     ]
     return table(["AT", "ACTION", "NAME", "BY", "OUTCOME"], rows) if rows else "no DDL"
+
+
+def notes_text(notes: list[str]) -> str:
+    """What a view could not read, one line each under its tables (empty when all was read)."""
+    return "".join(f"\n{note}" for note in notes) if notes else ""

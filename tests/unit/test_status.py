@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.status import members_table
+from workers.status import members_table, notes_text
 
 
 def test_members_show_the_active_coordinator_and_each_workers_partitions_and_tasks() -> None:
@@ -21,3 +21,10 @@ def test_members_show_the_active_coordinator_and_each_workers_partitions_and_tas
         ["worker", "w2", "member", "3-4", "1"],
     ]
     assert members_table({}, {}, tasks) == "no live roles"
+
+
+def test_what_could_not_be_read_is_one_line_each_under_the_tables() -> None:
+    assert notes_text([]) == ""
+    assert notes_text(["roles: not authorized to describe group mvs.workers", "lag: x"]) == (
+        "\nroles: not authorized to describe group mvs.workers\nlag: x"
+    )

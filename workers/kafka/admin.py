@@ -268,27 +268,50 @@ def _shared_admin(settings: Settings) -> AdminClient:
         return _shared_admins[key]
 
 
-def group_members(settings: Settings, group_id: str) -> dict[str, list[tuple[str, int]]]:
-    """Members of a consumer group, by client id, with their (physical topic, partition)s — what
-    ``kafka-consumer-groups --describe --members`` shows. Empty while the group is rebalancing or
-    cannot be described."""
+def _group_members(settings: Settings, group_id: str, timeout_s: float) -> dict[str, list[tuple[str, int]]]:
     admin = _shared_admin(settings)
-    (future,) = admin.describe_consumer_groups([group_id], request_timeout=REQUEST_TIMEOUT_S).values()
+    request = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)
+    (future,) = request.values()
     try:
-        description = future.result()
-    except KafkaException:
-        return {}
+        description = future.result(timeout=timeout_s + 1.0)
+    except KafkaException as exc:
+        error = BusError.from_kafka(f"describe group {group_id}", exc)
+        if error.code == "GROUP_AUTHORIZATION_FAILED":
+            raise BusError(f"not authorized to describe group {group_id}", code=error.code) from exc
+        raise error from exc
+    except TimeoutError as exc:  # concurrent.futures raises the builtin since Python 3.11
+        raise BusError(f"describe group {group_id}: no answer within {timeout_s:g}s", retriable=True) from exc
     return {
         member.client_id: [(tp.topic, tp.partition) for tp in member.assignment.topic_partitions]
         for member in description.members
     }
 
 
-def group_owners(settings: Settings, group_id: str) -> dict[str, list[int]]:
+def group_members(
+    settings: Settings, group_id: str, *, timeout_s: float = REQUEST_TIMEOUT_S
+) -> dict[str, list[tuple[str, int]]]:
+    """Members of a consumer group, by client id, with their (physical topic, partition)s — what
+    ``kafka-consumer-groups --describe --members`` shows. Empty while the group is rebalancing or
+    cannot be described (``group_owners(..., strict=True)`` says why instead)."""
+    try:
+        return _group_members(settings, group_id, timeout_s)
+    except BusError:
+        return {}
+
+
+def group_owners(
+    settings: Settings, group_id: str, *, strict: bool = False, timeout_s: float = REQUEST_TIMEOUT_S
+) -> dict[str, list[int]]:
     """Role name (its ``worker_id``) → the partitions it holds in ``group_id``; empty while the group
-    rebalances. Client ids are ``<namespace>.consumer.<worker_id>``."""
+    rebalances. Client ids are ``<namespace>.consumer.<worker_id>``. ``strict``: a group that cannot
+    be described (not authorized, no answer) raises ``BusError`` instead of looking empty."""
     prefix = f"{settings.namespace}.consumer."
+    members = (
+        _group_members(settings, group_id, timeout_s)
+        if strict
+        else group_members(settings, group_id, timeout_s=timeout_s)
+    )
     return {
         client_id.removeprefix(prefix): sorted(p for _, p in partitions)
-        for client_id, partitions in group_members(settings, group_id).items()
+        for client_id, partitions in members.items()
     }

@@ -22,7 +22,7 @@ from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
 from workers.ddl.fast import FastRefreshPlan
 from workers.ddl.query import analyze_query
-from workers.jobs.errors import JobError, RunCancelled
+from workers.jobs.errors import JobError, RunCancelled, classify_failure
 from workers.warehouse import latest_version, table_exists
 
 Record = dict[str, Any]
@@ -86,9 +86,14 @@ class SparkRunner:
         """Latest Delta version of each base table, read from the Delta log listing (no Spark job)."""
         versions: dict[str, int] = {}
         for table in tables:
-            version = latest_version(self.settings, table)
+            with _storage_errors():  # an unreadable warehouse is a coded failure too
+                version = latest_version(self.settings, table)
             if version is None:
-                raise MvsError(ErrorCode.INVALID_CONFIG, f"base table {table} does not exist")
+                raise MvsError(
+                    ErrorCode.NOT_FOUND,
+                    f"base table {table} does not exist (it was dropped or its directory is gone: "
+                    f"re-create it, then ALTER MATERIALIZED VIEW <name> RESUME or REFRESH)",
+                )
             versions[table] = version
         return versions
 
@@ -208,10 +213,25 @@ def _fast_plan(query: str) -> FastRefreshPlan | None:
     return analyze_query(query).fast_refresh
 
 
+class RunFailure(MvsError):
+    """A failed run whose retryability the failure decided (``workers.jobs.errors.FAILURE_RULES``),
+    not its code's default: e.g. a permission denied is storage trouble (2001) that no retry fixes."""
+
+    def __init__(self, code: ErrorCode, message: str, *, retryable: bool) -> None:
+        super().__init__(code, message)
+        self.retryable = retryable
+
+    def record(self, at_ms: int) -> dict[str, Any]:
+        severity = "WARN" if self.retryable else "ERROR"
+        return {**super().record(at_ms), "retryable": self.retryable, "severity": severity}
+
+
 @contextmanager
 def _storage_errors() -> Iterator[None]:
-    """Map job failures to coded errors: the jobs' own codes, analysis errors are the user's,
-    anything else from Spark/Delta is storage trouble (retryable). Cancellation passes through."""
+    """Map job failures to coded errors: the jobs' own codes as they are; any other failure of
+    Spark, Delta or the file system by its root cause (``classify_failure``): a table that is gone,
+    a change feed a schema change made unreadable or a permission denied is permanent, the rest
+    (I/O, timeouts, write conflicts) retryable. Cancellation passes through."""
     try:
         yield
     except (MvsError, RunCancelled):
@@ -219,7 +239,6 @@ def _storage_errors() -> Iterator[None]:
     except JobError as exc:
         raise MvsError(ErrorCode(exc.code), str(exc)) from exc
     except Exception as exc:
-        name, first_line = type(exc).__name__, (str(exc).splitlines() or [""])[0]
-        if "Analysis" in name or "ParseException" in name:
-            raise MvsError(ErrorCode.INVALID_CONFIG, f"query failed analysis: {first_line}") from exc
-        raise MvsError(ErrorCode.STORAGE_UNAVAILABLE, f"{name}: {first_line[:300]}") from exc
+        failure = classify_failure(exc)
+        log.warning("run failed (%s): %s", failure.rule, failure.message)
+        raise RunFailure(ErrorCode(failure.code), failure.message, retryable=failure.retryable) from exc
