@@ -160,9 +160,11 @@ def _serve_metrics(args: argparse.Namespace) -> None:
 
 
 def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.coordinator.inbox import forward_inboxes_in_background
     from workers.coordinator.service import Coordinator
 
     _serve_metrics(args)
+    forward_inboxes_in_background(settings)  # MVS_DDL_INBOX=1: DDL inboxes → ddl, issued_by = principal
     Coordinator(settings).run(_stop_event())
     return 0
 

@@ -19,6 +19,7 @@ from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.ddl.parser import parse_statement
 from workers.kafka.typed import TypedConsumer, TypedProducer, read_to_end
+from workers.topics import ddl_topic
 
 Record = dict[str, Any]
 
@@ -40,8 +41,9 @@ class MvsClient:
         return self._producer
 
     def publish(self, event: Record) -> str:
-        """Publish one DdlEvent; returns its event id."""
-        self.producer.send("ddl", event["name"], event)
+        """Publish one DdlEvent; returns its event id. With ``MVS_DDL_INBOX=1`` it goes to this
+        principal's inbox, and the coordinator sets ``issued_by`` (README "Security")."""
+        self.producer.send(ddl_topic(self.settings), event["name"], event)
         self.producer.flush()
         return str(event["event_id"])
 

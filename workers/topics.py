@@ -155,6 +155,24 @@ def topic_spec(logical: str) -> TopicSpec:
     raise TopicConfigError(f"no topic {logical!r} declared in topics/ (known: {known})")
 
 
+INBOX_TEMPLATE = "ddl.inbox"
+
+
+def inbox_topic(user: str) -> str:
+    """Logical name of a DDL producer's inbox: ``alice`` → ``ddl.inbox.alice``."""
+    return template_spec(INBOX_TEMPLATE).instance(user).name
+
+
+def ddl_topic(settings: Settings) -> str:
+    """Where a client publishes DDL: ``ddl``, or with ``ddl_inbox`` its SASL user's inbox."""
+    if not settings.ddl_inbox:
+        return "ddl"
+    user = settings.kafka_options.get("sasl.username")
+    if not user:
+        raise TopicConfigError("MVS_DDL_INBOX=1 needs MVS_KAFKA_SASL_USERNAME: the inbox is the user's")
+    return inbox_topic(user)
+
+
 def logical_name(settings: Settings, physical: str) -> str:
     """Inverse of ``Settings.topic``: ``mvs.ddl.results`` → ``ddl.results``."""
     prefix = f"{settings.namespace}."

@@ -15,11 +15,18 @@ from workers.kafka.acls import (
     Roles,
     forwarder_transactional_id,
     grants_table,
-    inbox_topic,
     role_grants,
     user_name,
 )
-from workers.topics import TopicConfigError, load_topics, template_spec, topic_spec, topics
+from workers.topics import (
+    TopicConfigError,
+    ddl_topic,
+    inbox_topic,
+    load_topics,
+    template_spec,
+    topic_spec,
+    topics,
+)
 
 SETTINGS = Settings(namespace="prod", worker_id="w1")
 ROLES = Roles(
@@ -47,6 +54,15 @@ def test_inbox_template_is_not_a_topic_but_names_one_per_user() -> None:
             topic_spec(bad)
     with pytest.raises(TopicConfigError):
         template_spec("ddl.inbox").instance("a/b")
+
+
+def test_clients_publish_to_ddl_or_to_their_inbox() -> None:
+    assert ddl_topic(SETTINGS) == "ddl"
+    alice = Settings(ddl_inbox=True, kafka_options={"sasl.username": "alice"})
+    assert ddl_topic(alice) == "ddl.inbox.alice"
+    with pytest.raises(TopicConfigError, match="MVS_KAFKA_SASL_USERNAME"):
+        ddl_topic(Settings(ddl_inbox=True))
+    assert Settings.from_env({"MVS_DDL_INBOX": "1"}).ddl_inbox and not Settings.from_env({}).ddl_inbox
 
 
 def test_template_declarations_are_loaded_apart(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ Why each grant (read from the code, not guessed):
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,13 +34,14 @@ from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from workers.config import Settings
-from workers.kafka.admin import _await_ready, _create, _metadata, _result, replication_factor
+from workers.kafka.admin import _await_ready, _create, _metadata, _result, _shared_admin, replication_factor
 from workers.kafka.clients import lazy_admin
 from workers.kafka.errors import BusError
 from workers.kafka.retry import ADMIN_RETRY, METADATA_RETRY, RetryPolicy
-from workers.topics import template_spec
+from workers.topics import INBOX_TEMPLATE, TopicConfigError, inbox_topic, template_spec
 
-INBOX_TEMPLATE = "ddl.inbox"
+log = logging.getLogger(__name__)
+
 FORWARDER_ROLE = "ddl-inbox"  # group <ns>.ddl-inbox, transactional ids <ns>.ddl-inbox.<worker id>
 CLUSTER = "kafka-cluster"
 _PRINCIPAL = re.compile(r"^User:([A-Za-z0-9_-]{1,100})$")
@@ -104,11 +106,6 @@ def user_name(principal: str) -> str:
             "letters, digits, '_' and '-'"
         )
     return match.group(1)
-
-
-def inbox_topic(user: str) -> str:
-    """Logical name of a user's DDL inbox: ``ddl.inbox.alice``."""
-    return template_spec(INBOX_TEMPLATE).instance(user).name
 
 
 def inbox_prefix(settings: Settings) -> str:
@@ -189,6 +186,20 @@ def grants_table(grants: Iterable[Grant]) -> str:
     lines = ["| principal | resource | name | pattern | operations |", "|---|---|---|---|---|"]
     lines += [f"| {p} | {r} | `{n}` | {k} | {', '.join(sorted(ops))} |" for (p, r, n, k), ops in rows.items()]
     return "\n".join(lines)
+
+
+def list_inboxes(settings: Settings, *, retry: RetryPolicy = ADMIN_RETRY) -> list[str]:
+    """Logical names of the inbox topics on the cluster that this principal may see."""
+    prefix = inbox_prefix(settings)
+    existing = retry.call(functools.partial(_metadata, _shared_admin(settings)))
+    found = []
+    for name in existing:
+        if name.startswith(prefix):
+            try:
+                found.append(inbox_topic(name.removeprefix(prefix)))
+            except TopicConfigError:
+                log.warning("ignoring %s: not an inbox name mvs creates", name)
+    return sorted(found)
 
 
 def create_inboxes(
