@@ -1,0 +1,216 @@
+"""Security end to end: a SASL_SSL broker with the standard authorizer, the minimal ACLs per role,
+and DDL through per-principal inboxes — a coordinator, its inbox forwarder and a worker each run as
+their own principal (in this process, sharing the session's Spark), all real.
+
+The module starts its own secure broker on free ports (the session broker stays plaintext).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import wait_until
+from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
+from workers.client import MvsClient
+from workers.config import Settings
+from workers.coordinator.inbox import InboxForwarder
+from workers.coordinator.service import Coordinator
+from workers.ddl.parser import parse_statement
+from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.kafka.acls import Roles, apply_acls
+from workers.kafka.admin import apply_topics, group_owners
+from workers.kafka.typed import BusError, TypedProducer, read_to_end
+from workers.role import LoopRole
+from workers.warehouse import latest_version
+from workers.worker.manager import Manager
+
+ROLES = Roles(
+    coordinators=["User:coordinator"],
+    workers=["User:worker"],
+    ddl_producers=["User:alice", "User:bob"],
+    operators=["User:operator"],
+)
+# A producer that cannot deliver gives up after this (librdkafka's default is 5 minutes).
+FAIL_FAST = {"message.timeout.ms": "5000"}
+
+
+@dataclass
+class Secured:
+    broker: EmbeddedKafka
+    base: Settings
+    _threads: list[tuple[threading.Event, threading.Thread]] = field(default_factory=list)
+
+    def as_user(self, user: str, **options: str) -> Settings:
+        return replace(
+            self.base,
+            kafka_options={**self.broker.client_options(user), **options},
+            worker_id=f"{user}-{uuid.uuid4().hex[:6]}",
+        )
+
+    def run(self, role: LoopRole) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=role.run, args=(stop,), name=type(role).__name__, daemon=True)
+        thread.start()
+        self._threads.append((stop, thread))
+
+    def stop(self) -> None:
+        for stop, _ in self._threads:
+            stop.set()
+        for _, thread in self._threads:
+            thread.join(60)
+
+    def broker_log(self) -> str:
+        return self.broker.log_file.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Secured]:
+    from workers.jobs.tables import create_table
+
+    broker = EmbeddedKafka(
+        tmp_path_factory.mktemp("secure-kafka"),
+        port=free_port(),
+        controller_port=free_port(),
+        security="sasl_ssl",
+    )
+    with broker:
+        base = Settings(
+            bootstrap_servers=broker.bootstrap_servers,
+            embedded=False,
+            namespace=f"s{uuid.uuid4().hex[:8]}",
+            warehouse=str(Path(tmp_path_factory.mktemp("secure-warehouse"))),
+            session_timeout_ms=3000,
+            ddl_inbox=True,
+        )
+        secured = Secured(broker, base)
+        admin = secured.as_user("admin")
+        apply_topics(admin)
+        apply_acls(admin, ROLES)
+        create_table(spark, base, "sales", rows(0, 12), SCHEMA)
+        coordinator = secured.as_user("coordinator")
+        secured.run(Coordinator(coordinator))
+        secured.run(InboxForwarder(coordinator, discover_every_s=1.0))
+        secured.run(Manager(secured.as_user("worker")))
+        try:
+            yield secured
+        finally:
+            secured.stop()
+
+
+def _refreshed(client: MvsClient, settings: Settings, task_id: str) -> bool:
+    task = client.tasks().get(task_id)
+    return bool(task and task["checkpoint"].get("sales") == latest_version(settings, "sales"))
+
+
+def test_alice_creates_through_her_inbox_and_history_names_her_not_her_claim(
+    secured: Secured, spark: Any
+) -> None:
+    # Her client claims to be the admin; the inbox she can write says who she is.
+    alice = MvsClient(secured.as_user("alice"), issued_by="User:admin")
+    operator = MvsClient(secured.as_user("operator"))
+    try:
+        result = alice.execute(
+            f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 1 HOUR AS {BY_REGION}", timeout_s=90
+        )
+        assert result is not None and result["accepted"], result
+        wait_until(
+            lambda: _refreshed(operator, secured.base, "mv:by_region"), what="refresh by the worker principal"
+        )
+        assert mv_rows(spark, secured.base, "by_region") == query_rows(spark, secured.base, BY_REGION)
+        history = operator.ddl_history("mv:by_region")
+        assert [(e["action"], e["issued_by"]) for e in history] == [("CREATE_MV", "User:alice")]
+        assert history[0]["answer"]["accepted"]
+        # What she sent is still in her inbox, with the claim the forwarder overrode.
+        sent = [m.value for m in read_to_end(secured.as_user("admin"), "ddl.inbox.alice") if m.value]
+        assert [e["issued_by"] for e in sent if e["event_id"] == result["event_id"]] == ["User:admin"]
+        assert [r["state"] for r in operator.history("mv:by_region")][-1] == "COMPLETED"
+    finally:
+        alice.close()
+        operator.close()
+
+
+def test_each_producer_is_named_by_its_own_inbox(secured: Secured) -> None:
+    bob = MvsClient(secured.as_user("bob"), issued_by="User:alice")
+    try:
+        result = bob.execute("DROP MATERIALIZED VIEW no_such_view", timeout_s=90)
+        assert result is not None and result["error"]["code"] == 1003
+    finally:
+        bob.close()
+    entries = MvsClient(secured.as_user("operator")).ddl_history()
+    assert [e["issued_by"] for e in entries if e["name"] == "no_such_view"] == ["User:bob"]
+
+
+@pytest.mark.parametrize(
+    ("user", "topic"),
+    [("bob", "ddl.inbox.alice"), ("bob", "ddl"), ("alice", "ddl"), ("worker", "ddl")],
+)
+def test_only_the_inbox_owner_and_the_coordinator_may_write_ddl(
+    secured: Secured, user: str, topic: str
+) -> None:
+    event = parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="User:alice")
+    producer = TypedProducer(secured.as_user(user, **FAIL_FAST))
+    try:
+        producer.send(topic, event["name"], event)
+        with pytest.raises(BusError, match="TOPIC_AUTHORIZATION_FAILED"):
+            producer.flush()
+    finally:
+        producer.close(timeout_s=0)
+    landed = read_to_end(secured.as_user("admin"), topic)
+    assert event["event_id"] not in {m.value["event_id"] for m in landed if m.value}
+
+
+def test_read_only_operator_cannot_produce_at_all(secured: Secured) -> None:
+    event = parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="User:operator")
+    producer = TypedProducer(secured.as_user("operator", **FAIL_FAST))
+    # No WRITE anywhere and no IDEMPOTENT_WRITE: the broker refuses the idempotent producer an id,
+    # which librdkafka makes a fatal producer error (flush then raises SystemError, not BusError).
+    with pytest.raises((BusError, SystemError)):
+        producer.send("ddl", event["name"], event)
+        producer.flush()
+    landed = read_to_end(secured.as_user("admin"), "ddl")
+    assert event["event_id"] not in {m.value["event_id"] for m in landed if m.value}
+
+
+def test_read_only_operator_sees_catalog_runs_and_groups(secured: Secured) -> None:
+    operator_settings = secured.as_user("operator")
+    operator = MvsClient(operator_settings)
+    assert isinstance(operator.tasks(), dict)
+    assert isinstance(operator.history(), list)
+    owners = wait_until(
+        lambda: group_owners(operator_settings, operator_settings.group("coordinator")),
+        what="coordinator group",
+    )
+    assert len(owners) == 1  # the group was described: one active coordinator holds the DDL partition
+
+
+def test_wrong_password_is_refused_by_the_broker(secured: Secured) -> None:
+    event = parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="User:alice")
+    producer = TypedProducer(secured.as_user("alice", **{"sasl.password": "not-hers"}, **FAIL_FAST))
+    try:
+        producer.send("ddl.inbox.alice", event["name"], event)
+        with pytest.raises(BusError):
+            producer.flush()
+    finally:
+        producer.close(timeout_s=0)
+    wait_until(lambda: "Invalid username or password" in secured.broker_log(), what="the broker's refusal")
+    landed = read_to_end(secured.as_user("admin"), "ddl.inbox.alice")
+    assert event["event_id"] not in {m.value["event_id"] for m in landed if m.value}
+
+
+def test_plaintext_client_cannot_talk_to_the_tls_listener(secured: Secured) -> None:
+    event = parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="User:alice")
+    producer = TypedProducer(replace(secured.base, kafka_options=FAIL_FAST))
+    try:
+        producer.send("ddl", event["name"], event)
+        with pytest.raises(BusError):
+            producer.flush()
+    finally:
+        producer.close(timeout_s=0)
+    wait_until(lambda: "SSL handshake failed" in secured.broker_log(), what="the broker's refusal")
