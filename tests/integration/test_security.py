@@ -190,6 +190,30 @@ def test_read_only_operator_sees_catalog_runs_and_groups(secured: Secured) -> No
     assert len(owners) == 1  # the group was described: one active coordinator holds the DDL partition
 
 
+def test_mvs_status_and_history_work_with_read_only_rights(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workers.cli import main
+
+    operator = secured.as_user("operator")
+    env = {
+        "MVS_BOOTSTRAP_SERVERS": operator.bootstrap_servers,
+        "MVS_NAMESPACE": operator.namespace,
+        "MVS_WAREHOUSE": operator.warehouse,
+        **{"MVS_KAFKA_" + k.upper().replace(".", "_"): v for k, v in operator.kafka_options.items()},
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert Settings.from_env().kafka_options == operator.kafka_options
+    wait_until(
+        lambda: group_owners(operator, operator.group("coordinator")), what="a settled coordinator group"
+    )
+    assert main(["status"]) == 0
+    assert main(["history"]) == 0
+    out = capsys.readouterr().out
+    assert "coordinator" in out  # the live roles part of mvs status: the groups were described
+
+
 def test_wrong_password_is_refused_by_the_broker(secured: Secured) -> None:
     event = parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="User:alice")
     producer = TypedProducer(secured.as_user("alice", **{"sasl.password": "not-hers"}, **FAIL_FAST))

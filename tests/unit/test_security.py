@@ -65,6 +65,13 @@ def test_clients_publish_to_ddl_or_to_their_inbox() -> None:
     assert Settings.from_env({"MVS_DDL_INBOX": "1"}).ddl_inbox and not Settings.from_env({}).ddl_inbox
 
 
+def test_inbox_principal() -> None:
+    from workers.coordinator.inbox import inbox_principal
+
+    assert inbox_principal("ddl.inbox.alice") == "User:alice"
+    assert inbox_principal("ddl.inbox.svc-etl_2") == "User:svc-etl_2"
+
+
 def test_template_declarations_are_loaded_apart(tmp_path: Path) -> None:
     (tmp_path / "a.toml").write_text('name = "a"\npartitions = 1\n')
     (tmp_path / "t.toml").write_text('name = "t"\npartitions = 1\ntemplate = true\n')
