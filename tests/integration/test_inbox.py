@@ -4,13 +4,15 @@ undecodable records to the dlq, new inboxes picked up while running."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from tests.integration.cluster import wait_until
 from workers.config import Settings
-from workers.coordinator.inbox import FORWARDED_FROM, InboxForwarder
+from workers.coordinator.inbox import FORWARDED_FROM, InboxForwarder, forward_inboxes_in_background
 from workers.ddl.parser import parse_statement
 from workers.kafka.acls import create_inboxes
 from workers.kafka.admin import apply_topics
@@ -94,3 +96,18 @@ def test_a_new_inbox_is_picked_up_while_running(bus: Settings) -> None:
         forwarder.close()
     ddl = _forwarded(bus)
     assert [(m.value["event_id"], m.value["issued_by"]) for m in ddl if m.value] == [(sent[0], "User:carol")]
+
+
+def test_mvs_coordinator_forwards_in_the_background_only_when_asked(bus: Settings) -> None:
+    assert forward_inboxes_in_background(bus) is None  # MVS_DDL_INBOX unset: producers write ddl
+    stop = forward_inboxes_in_background(replace(bus, ddl_inbox=True))
+    assert stop is not None
+    try:
+        sent = _publish(bus, "ddl.inbox.alice", ["DROP MATERIALIZED VIEW v"], "someone")
+        forwarded = wait_until(lambda: _forwarded(bus), what="the background forwarder")
+        assert [(m.value["event_id"], m.value["issued_by"]) for m in forwarded if m.value] == [
+            (sent[0], "User:alice")
+        ]
+    finally:
+        stop()
+    assert "InboxForwarder" not in {t.name for t in threading.enumerate()}

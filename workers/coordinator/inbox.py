@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 
 from workers.config import Settings
 from workers.kafka.acls import forwarder_group, forwarder_transactional_id, list_inboxes
@@ -129,9 +130,9 @@ class InboxForwarder(LoopRole):
             self._producer.close()
 
 
-def forward_inboxes_in_background(settings: Settings) -> InboxForwarder | None:
-    """With ``MVS_DDL_INBOX=1``: run an ``InboxForwarder`` in a thread of this process until it
-    exits (``mvs coordinator``); None otherwise."""
+def forward_inboxes_in_background(settings: Settings) -> Callable[[], None] | None:
+    """With ``MVS_DDL_INBOX=1``: run an ``InboxForwarder`` in a thread of this process (``mvs
+    coordinator``) until the returned function is called or the process exits; None otherwise."""
     if not settings.ddl_inbox:
         return None
     forwarder = InboxForwarder(settings)
@@ -139,9 +140,9 @@ def forward_inboxes_in_background(settings: Settings) -> InboxForwarder | None:
     thread = threading.Thread(target=forwarder.run, args=(stop,), name="InboxForwarder", daemon=True)
     thread.start()
 
-    def _stop() -> None:
+    def stop_forwarding() -> None:
         stop.set()
         thread.join(30)
 
-    atexit.register(_stop)
-    return forwarder
+    atexit.register(stop_forwarding)
+    return stop_forwarding
