@@ -62,6 +62,7 @@ def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_acls(settings: Settings, args: argparse.Namespace) -> int:
     from workers.kafka.acls import AclConfigError, Roles, apply_acls, grants_table, role_grants
+    from workers.kafka.errors import BusError
 
     try:
         roles = Roles(
@@ -73,7 +74,11 @@ def cmd_acls(settings: Settings, args: argparse.Namespace) -> int:
     except AclConfigError as exc:
         print(f"ERROR 1001: {exc}", file=sys.stderr)
         return 2
-    grants = apply_acls(settings, roles) if args.action == "apply" else role_grants(settings, roles)
+    try:
+        grants = apply_acls(settings, roles) if args.action == "apply" else role_grants(settings, roles)
+    except BusError as exc:
+        print(f"ERROR 3001: {exc}", file=sys.stderr)
+        return 1
     print(grants_table(grants))
     return 0
 

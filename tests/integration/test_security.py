@@ -191,21 +191,26 @@ def test_read_only_operator_sees_catalog_runs_and_groups(secured: Secured) -> No
     assert len(owners) == 1  # the group was described: one active coordinator holds the DDL partition
 
 
+def _use_in_cli(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """The environment that makes ``Settings.from_env()`` (what ``mvs`` reads) equal ``settings``."""
+    env = {
+        "MVS_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "MVS_NAMESPACE": settings.namespace,
+        "MVS_WAREHOUSE": settings.warehouse,
+        **{"MVS_KAFKA_" + k.upper().replace(".", "_"): v for k, v in settings.kafka_options.items()},
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert Settings.from_env().kafka_options == settings.kafka_options
+
+
 def test_mvs_status_and_history_work_with_read_only_rights(
     secured: Secured, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from workers.cli import main
 
     operator = secured.as_user("operator")
-    env = {
-        "MVS_BOOTSTRAP_SERVERS": operator.bootstrap_servers,
-        "MVS_NAMESPACE": operator.namespace,
-        "MVS_WAREHOUSE": operator.warehouse,
-        **{"MVS_KAFKA_" + k.upper().replace(".", "_"): v for k, v in operator.kafka_options.items()},
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    assert Settings.from_env().kafka_options == operator.kafka_options
+    _use_in_cli(monkeypatch, operator)
     wait_until(
         lambda: group_owners(operator, operator.group("coordinator")), what="a settled coordinator group"
     )
@@ -213,6 +218,17 @@ def test_mvs_status_and_history_work_with_read_only_rights(
     assert main(["history"]) == 0
     out = capsys.readouterr().out
     assert "coordinator" in out  # the live roles part of mvs status: the groups were described
+
+
+def test_a_ddl_producer_cannot_grant_herself_more(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workers.cli import main
+
+    _use_in_cli(monkeypatch, secured.as_user("alice"))
+    assert main(["acls", "apply", "--ddl-producer", "User:alice", "--coordinator", "User:alice"]) == 1
+    assert "ERROR 3001" in capsys.readouterr().err
+    _refused(secured, secured.as_user("alice"), "ddl", match="TOPIC_AUTHORIZATION_FAILED")
 
 
 def test_wrong_password_is_refused_by_the_broker(secured: Secured) -> None:

@@ -133,6 +133,8 @@ class EmbeddedKafka:
             props.update(secure_properties(self.data_dir, self.port, self.controller_port, users))
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if self.security != "none":
+            path.chmod(0o600)  # it holds the users' passwords (JAAS) and the keystore password
         (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log=self.log_file))
         return path
 
