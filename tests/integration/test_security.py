@@ -23,7 +23,7 @@ from workers.config import Settings
 from workers.coordinator.inbox import InboxForwarder
 from workers.coordinator.service import Coordinator
 from workers.ddl.parser import parse_statement
-from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.broker import BrokerError, EmbeddedKafka, free_port
 from workers.kafka.acls import Roles, apply_acls
 from workers.kafka.admin import apply_topics, group_owners
 from workers.kafka.typed import BusError, TypedProducer, read_to_end
@@ -70,26 +70,39 @@ class Secured:
         return self.broker.log_file.read_text(errors="replace")
 
 
+def _start_secure_broker(tmp_path_factory: pytest.TempPathFactory, attempts: int = 3) -> EmbeddedKafka:
+    """A port from ``free_port`` may be taken (by any process's outgoing connection) before the JVM
+    binds it: then the broker exits at start, and a fresh pair of ports is tried."""
+    for attempt in range(1, attempts + 1):
+        broker = EmbeddedKafka(
+            tmp_path_factory.mktemp("secure-kafka"),
+            port=free_port(),
+            controller_port=free_port(),
+            security="sasl_ssl",
+        )
+        try:
+            return broker.start()
+        except BrokerError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Secured]:
     from workers.jobs.tables import create_table
 
-    broker = EmbeddedKafka(
-        tmp_path_factory.mktemp("secure-kafka"),
-        port=free_port(),
-        controller_port=free_port(),
-        security="sasl_ssl",
+    broker = _start_secure_broker(tmp_path_factory)
+    base = Settings(
+        bootstrap_servers=broker.bootstrap_servers,
+        embedded=False,
+        namespace=f"s{uuid.uuid4().hex[:8]}",
+        warehouse=str(Path(tmp_path_factory.mktemp("secure-warehouse"))),
+        session_timeout_ms=3000,
+        ddl_inbox=True,
     )
-    with broker:
-        base = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
-            embedded=False,
-            namespace=f"s{uuid.uuid4().hex[:8]}",
-            warehouse=str(Path(tmp_path_factory.mktemp("secure-warehouse"))),
-            session_timeout_ms=3000,
-            ddl_inbox=True,
-        )
-        secured = Secured(broker, base)
+    secured = Secured(broker, base)
+    try:
         admin = secured.as_user("admin")
         apply_topics(admin)
         apply_acls(admin, ROLES)
@@ -98,10 +111,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Se
         secured.run(Coordinator(coordinator))
         secured.run(InboxForwarder(coordinator, discover_every_s=1.0))
         secured.run(Manager(secured.as_user("worker")))
-        try:
-            yield secured
-        finally:
-            secured.stop()
+        yield secured
+    finally:
+        secured.stop()
+        broker.stop()
 
 
 def _refreshed(client: MvsClient, settings: Settings, task_id: str) -> bool:
