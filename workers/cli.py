@@ -1,6 +1,8 @@
 """`mvs`: publish DDL, run the roles, and inspect the control plane.
 
 mvs topics apply                  create missing topics, report drift
+mvs acls apply|show --coordinator User:c --worker User:w --ddl-producer User:alice --operator User:ops
+                                  create (or print) the minimal ACLs per role and the DDL inboxes
 mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coordinator's answer
 mvs status [--watch SECONDS]      every task: kind, state, owner, epoch, last run, watermark, lag, error
 mvs history [TASK]                run history
@@ -133,6 +135,29 @@ def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acls(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.kafka.acls import AclConfigError, Roles, apply_acls, grants_table, role_grants
+    from workers.kafka.errors import BusError
+
+    try:
+        roles = Roles(
+            coordinators=args.coordinator,
+            workers=args.worker,
+            ddl_producers=args.ddl_producer,
+            operators=args.operator,
+        )
+    except AclConfigError as exc:
+        print(f"ERROR 1001: {exc}", file=sys.stderr)
+        return 2
+    try:
+        grants = apply_acls(settings, roles) if args.action == "apply" else role_grants(settings, roles)
+    except BusError as exc:
+        print(f"ERROR 3001: {exc}", file=sys.stderr)
+        return 1
+    print(grants_table(grants))
+    return 0
+
+
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     client = _client(settings, args)
     try:
@@ -247,9 +272,11 @@ def _serve_metrics(args: argparse.Namespace) -> None:
 
 
 def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.coordinator.inbox import forward_inboxes_in_background
     from workers.coordinator.service import Coordinator
 
     _serve_metrics(args)
+    forward_inboxes_in_background(settings)  # MVS_DDL_INBOX=1: DDL inboxes → ddl, issued_by = principal
     Coordinator(settings).run(_stop_event())
     return 0
 
@@ -302,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="manage the topics declared in topics/", parents=[bounded])
     topics.add_argument("action", choices=["apply"])
     topics.set_defaults(func=cmd_topics, watchdog=True)
+    acls = sub.add_parser(
+        "acls", help="create (apply) or print (show) the minimal ACLs per role", parents=[bounded]
+    )
+    acls.add_argument("action", choices=["apply", "show"])
+    for role in ("coordinator", "worker", "ddl-producer", "operator"):
+        acls.add_argument(f"--{role}", action="append", default=[], metavar="User:NAME")
+    acls.set_defaults(func=cmd_acls, watchdog=True)
     sql = sub.add_parser("sql", help="publish one DDL statement", parents=[_timeout_option(60.0)])
     sql.add_argument("statement")
     sql.add_argument("--no-wait", action="store_true", help="do not wait for the coordinator's answer")

@@ -30,6 +30,7 @@ from workers.ddl.parser import parse_statement
 from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
 from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, latest_by_key, read_to_end
+from workers.topics import TopicConfigError, ddl_topic
 
 Record = dict[str, Any]
 T = TypeVar("T")
@@ -162,17 +163,24 @@ class MvsClient:
         return self._producer
 
     def publish(self, event: Record, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-        """Publish one DdlEvent; returns its event id."""
+        """Publish one DdlEvent; returns its event id. With ``MVS_DDL_INBOX=1`` it goes to this
+        principal's inbox, and the coordinator sets ``issued_by`` (README "Security")."""
         deadline = Deadline(timeout_s)
-        settings = self.connect(deadline, writes=["ddl"])
+        settings = self.connect(deadline, writes=[self._ddl_topic()])
         self._send(settings, event, deadline)
         return str(event["event_id"])
 
     def _send(self, settings: Settings, event: Record, deadline: Deadline) -> None:
         producer = self._producer_for(settings, deadline.timeout_s)
         with _bus_errors():
-            producer.send("ddl", event["name"], event)
+            producer.send(self._ddl_topic(), event["name"], event)
             producer.flush(deadline.remaining())
+
+    def _ddl_topic(self) -> str:
+        try:
+            return ddl_topic(self.settings)
+        except TopicConfigError as exc:
+            raise MvsClientError(str(exc), code=int(ErrorCode.INVALID_CONFIG)) from exc
 
     def execute(self, sql: str, *, wait: bool = True, timeout_s: float = 60.0) -> Record | None:
         """Parse and publish one DDL statement; with ``wait``, return the coordinator's DdlResult.
@@ -180,7 +188,7 @@ class MvsClient:
         ``BrokerUnavailable`` / ``AuthenticationFailed`` / ``TopicNotFound`` / ``DdlTimeout``."""
         event = parse(sql, issued_by=self.issued_by)
         deadline = Deadline(timeout_s)
-        settings = self.connect(deadline, writes=["ddl"], reads=["ddl.results"] if wait else [])
+        settings = self.connect(deadline, writes=[self._ddl_topic()], reads=["ddl.results"] if wait else [])
         if not wait:
             self._send(settings, event, deadline)
             return None

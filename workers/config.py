@@ -15,6 +15,9 @@ in docker compose, or against an existing cluster:
   the broker's group config for ``consumer``).
 - ``MVS_WORKER_ID``: this process's name in heartbeats and run history (default host-pid-random;
   must be unique per process: a new owner is recognised by a new id).
+- ``MVS_DDL_INBOX``: ``1`` with authentication: clients publish DDL to their own inbox topic
+  ``<ns>.ddl.inbox.<sasl user>`` and ``mvs coordinator`` forwards every inbox to ``<ns>.ddl`` with
+  ``issued_by`` = the inbox's principal (README "Security"); default ``0``: straight to ``<ns>.ddl``.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class Settings:
     # Bounded executor: concurrent runs per worker process.
     max_concurrent_runs: int = 2
     run_timeout_s: float = 600.0
+    # DDL through per-principal inboxes (MVS_DDL_INBOX=1): see workers.coordinator.inbox.
+    ddl_inbox: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -85,6 +90,7 @@ class Settings:
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
+            ddl_inbox=env.get("MVS_DDL_INBOX", "0").strip().lower() in ("1", "true", "yes"),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

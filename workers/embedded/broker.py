@@ -5,6 +5,9 @@ into ``.cache/jars/kafka``. Nothing here talks the Kafka protocol: it formats st
 starts the JVM, waits until the broker says it has started and its port accepts
 connections, and stops it with SIGTERM (a clean controlled shutdown).
 
+``security="sasl_ssl"`` (``MVS_EMBEDDED_SECURITY=sasl_ssl`` for ``mvs broker``) starts it with a
+TLS + SASL listener and the standard authorizer instead (``workers.embedded.security``).
+
     python -m workers.embedded.broker run      # foreground, Ctrl-C stops it
 """
 
@@ -17,10 +20,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
+from workers.embedded.security import SECURITY_MODES, client_options, load_users, secure_properties
 
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
 STARTED_LINE = "Kafka Server started"
@@ -60,7 +65,15 @@ class EmbeddedKafka:
     port: int = 19092
     controller_port: int = 19093
     heap: str = "512m"
+    # "none" (plaintext, no authorization) or "sasl_ssl" (see workers.embedded.security).
+    security: str = "none"
+    # sasl_ssl: user name → password; None reads <data dir>/users.json (DEV_USERS when absent).
+    users: Mapping[str, str] | None = None
     _process: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        if self.security not in SECURITY_MODES:
+            raise BrokerError(f"security must be one of {SECURITY_MODES}, got {self.security!r}")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -76,6 +89,17 @@ class EmbeddedKafka:
                 f"Kafka jars missing in {KAFKA_JARS}: run infra/setup.sh (or infra/fetch_jars.sh)"
             )
         return str(KAFKA_JARS / "*")
+
+    @property
+    def ca_location(self) -> Path:
+        """The CA clients trust (``ssl.ca.location``) when ``security="sasl_ssl"``."""
+        return self.data_dir / "tls" / "ca.pem"
+
+    def client_options(self, user: str) -> dict[str, str]:
+        """Kafka client options to connect as ``user`` (declared in the users); {} without security."""
+        if self.security == "none":
+            return {}
+        return client_options(self.data_dir, user, load_users(self.data_dir, self.users)[user])
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -104,8 +128,13 @@ class EmbeddedKafka:
             "group.consumer.min.heartbeat.interval.ms": "500",
             "log.cleaner.backoff.ms": "1000",
         }
+        if self.security == "sasl_ssl":
+            users = load_users(self.data_dir, self.users)
+            props.update(secure_properties(self.data_dir, self.port, self.controller_port, users))
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        if self.security != "none":
+            path.chmod(0o600)  # it holds the users' passwords (JAAS) and the keystore password
         (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log=self.log_file))
         return path
 
@@ -179,9 +208,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["run"])
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR / "kafka")
     parser.add_argument("--port", type=int, default=int(EMBEDDED_BOOTSTRAP.rsplit(":", 1)[1]))
+    parser.add_argument(
+        "--security", choices=SECURITY_MODES, default=os.environ.get("MVS_EMBEDDED_SECURITY", "none")
+    )
     args = parser.parse_args(argv)
-    broker = EmbeddedKafka(args.data_dir, port=args.port, controller_port=args.port + 1).start()
+    broker = EmbeddedKafka(
+        args.data_dir, port=args.port, controller_port=args.port + 1, security=args.security
+    ).start()
     print(f"kafka broker serving on {broker.bootstrap_servers} (log: {broker.log_file})", flush=True)
+    if broker.security != "none":
+        print(
+            f"SASL_SSL: users in {args.data_dir / 'users.json'}; clients set "
+            "MVS_KAFKA_SECURITY_PROTOCOL=SASL_SSL "
+            f"MVS_KAFKA_SASL_MECHANISM=PLAIN MVS_KAFKA_SASL_USERNAME=... MVS_KAFKA_SASL_PASSWORD=... "
+            f"MVS_KAFKA_SSL_CA_LOCATION={broker.ca_location}",
+            flush=True,
+        )
     stop = {"now": False}
 
     def _on_signal(*_: object) -> None:
