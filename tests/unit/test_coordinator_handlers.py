@@ -56,14 +56,14 @@ def test_duplicate_create_is_refused_and_leaves_the_task_alone() -> None:
     assert tasks["mv:by_region"] == before
 
 
-def test_unknown_base_table_fails_only_that_task() -> None:
+def test_a_refused_create_leaves_nothing_behind_and_the_name_stays_free() -> None:
     tasks: dict[str, Record] = {}
     effects = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM nowhere", tasks)
-    assert tasks["mv:v"]["state"] == "FAILED"
-    assert tasks["mv:v"]["error"]["code"] == 1001
-    assert "nowhere" in tasks["mv:v"]["error"]["message"]
-    assert not effects.manager  # nothing runs for it
     assert effects.results[0]["accepted"] is False
+    assert effects.results[0]["error"]["code"] == 1001 and "nowhere" in effects.results[0]["error"]["message"]
+    assert not effects.catalog and not effects.manager and tasks == {}
+    again = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM sales", tasks)
+    assert again.results[0]["accepted"] and tasks["mv:v"]["state"] == "NORMAL"
 
 
 def test_drop_of_missing_mv_is_not_found() -> None:

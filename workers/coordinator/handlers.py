@@ -6,6 +6,7 @@ together with the offset of the record that caused it.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,10 +14,20 @@ from typing import Any
 
 from workers.catalog.errors import ErrorCode, MvsError, task_error
 from workers.catalog.lifecycle import Action, TaskState, transition
-from workers.ddl import DdlError, analyze_query, apply_alter
+from workers.catalog.names import mv_log_table_problem, mv_name_problem, name_problem, shown
+from workers.catalog.owners import check_owner
+from workers.catalog.specs import checked_mv_log_spec, checked_mv_spec, mv_cycle
+from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter
+
+log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 SCHEMA_VERSION = 1
+DEFAULT_PURGE_INTERVAL_MS = 60_000
+# Longest message in a DdlResult: a refusal quoting a producer's input stays readable.
+MAX_MESSAGE_CHARS = 1000
+
+_CREATE_ACTIONS = frozenset({"CREATE_MV", "CREATE_MV_LOG"})
 
 _LIFECYCLE_ACTIONS = {
     "ALTER_MV": Action.ALTER,
@@ -33,7 +44,10 @@ _LIFECYCLE_ACTIONS = {
 class Context:
     now_ms: int
     coordinator_epoch: int
-    table_exists: Callable[[str], bool]
+    table_exists: Callable[[str], bool]  # only ever called with a name that passed the name rule
+    # The owner rule (workers.catalog.owners): only a task's creator or an admin may change it.
+    owner_rule: bool = False
+    admin_principals: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -61,14 +75,26 @@ def mvlog_task_id(base_table: str) -> str:
     return f"mvlog:{base_table}"
 
 
+def _event_id(event: Mapping[str, Any]) -> str:
+    """The id to answer under; a producer that sent none gets its answer under "" (still one answer)."""
+    value = event.get("event_id")
+    return value if isinstance(value, str) else ""
+
+
 def _result(event: Record, task_id: str | None, ctx: Context, error: Record | None = None) -> Record:
     return {
-        "event_id": event["event_id"],
+        "event_id": _event_id(event),
         "task_id": task_id,
         "accepted": error is None,
         "error": error,
         "at": ctx.now_ms,
     }
+
+
+def _refusal(event: Record, task_id: str | None, ctx: Context, error: MvsError) -> Effects:
+    record = error.record(ctx.now_ms)
+    record["message"] = record["message"][:MAX_MESSAGE_CHARS]
+    return Effects(results=[_result(event, task_id, ctx, record)])
 
 
 def _command(kind: str, task_id: str, epoch: int, ctx: Context) -> Record:
@@ -98,6 +124,7 @@ def new_task(
     *,
     mv: Record | None = None,
     mv_log: Record | None = None,
+    created_by: str | None = None,
 ) -> Record:
     return {
         "task_id": task_id,
@@ -115,65 +142,141 @@ def new_task(
         "next_run_at": None,
         "created_at": ctx.now_ms,
         "updated_at": ctx.now_ms,
+        "created_by": created_by,
     }
 
 
-def _validated_mv_spec(spec: Record, ctx: Context) -> Record:
-    """The MV spec with base tables taken from the query itself (a producer's list is not trusted)."""
+def _invalid(message: str) -> MvsError:
+    return MvsError(ErrorCode.INVALID_CONFIG, message)
+
+
+def _table_exists(name: str, ctx: Context) -> bool:
+    """``ctx.table_exists`` for a name that passed the name rule (the only kind that may reach a
+    path); a storage error answers the DDL with 2001 instead of stopping the coordinator."""
+    problem = name_problem(name, "table")
+    if problem is not None:
+        raise _invalid(problem)
     try:
-        info = analyze_query(spec["query"])
+        return ctx.table_exists(name)
+    except OSError as exc:
+        raise MvsError(ErrorCode.STORAGE_UNAVAILABLE, f"cannot look up table {name}: {exc}") from exc
+
+
+def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
+    """MV name → the tables its query reads, for every MV in the catalog."""
+    return {
+        task["name"]: list(task["mv"]["base_tables"])
+        for task in tasks.values()
+        if task.get("kind") == "MV" and task.get("mv") is not None
+    }
+
+
+def _analyzed(query: str) -> QueryInfo:
+    try:
+        return analyze_query(query)
     except DdlError as exc:
-        raise MvsError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
-    missing = [t for t in info.base_tables if not ctx.table_exists(t)]
+        raise _invalid(str(exc)) from exc
+    except (RecursionError, ValueError, TypeError) as exc:
+        # The SQL parser gave up on text no statement of ours produces (a raw producer's).
+        raise _invalid(f"the query cannot be analysed: {type(exc).__name__}: {exc}") from exc
+
+
+def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
+    """The checked MV spec, with base tables taken from the query itself (a producer's list is not
+    trusted): every table it reads is a valid, existing name, neither the MV itself nor an MV
+    that (through others) reads it."""
+    info = _analyzed(spec["query"])
+    for table in info.base_tables:
+        problem = name_problem(table, "table")
+        if problem is not None:
+            raise _invalid(f"the query of {name} reads {problem}")
+    if name in info.base_tables:
+        raise _invalid(f"materialized view {name} cannot read from itself")
+    cycle = mv_cycle(name, list(info.base_tables), _mv_reads(tasks))
+    if cycle is not None:
+        raise _invalid(
+            f"materialized view {name} would read itself through other views ({' → '.join(cycle)}); "
+            "change the query so that no view reads, directly or not, a view that reads it"
+        )
+    missing = [t for t in info.base_tables if not _table_exists(t, ctx)]
     if missing:
-        raise MvsError(ErrorCode.INVALID_CONFIG, f"unknown base table(s): {', '.join(missing)}")
+        raise _invalid(f"unknown base table(s): {', '.join(missing)}")
+    if spec["refresh_mode"] == "FAST" and info.fast_refresh is None:
+        raise _invalid(
+            f"REFRESH FAST is not possible for {name}: {info.fast_reason}; use REFRESH COMPLETE or FORCE"
+        )
     return {**spec, "base_tables": list(info.base_tables)}
 
 
-def _create(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
-    is_mv = event["action"] == "CREATE_MV"
-    task_id = mv_task_id(event["name"]) if is_mv else mvlog_task_id(event["name"])
-    effects = Effects()
-    if task_id in tasks:
-        what = "materialized view" if is_mv else "materialized view log on"
-        error = task_error(ErrorCode.DUPLICATE, f"{what} {event['name']} already exists", at_ms=ctx.now_ms)
-        effects.results.append(_result(event, task_id, ctx, error))
-        return effects
-    try:
-        if is_mv:
-            if event.get("mv") is None:
-                raise MvsError(ErrorCode.INVALID_CONFIG, "CREATE_MV event has no mv spec")
-            task = new_task(task_id, "MV", event["name"], ctx, mv=_validated_mv_spec(event["mv"], ctx))
-        else:
-            if not ctx.table_exists(event["name"]):
-                raise MvsError(ErrorCode.INVALID_CONFIG, f"unknown base table: {event['name']}")
-            spec = event.get("mv_log") or {"base_table": event["name"], "purge_interval_ms": 60_000}
-            task = new_task(task_id, "MV_LOG", event["name"], ctx, mv_log=spec)
-            task["safepoint"] = safepoint_for(event["name"], tasks)
-    except MvsError as exc:
-        # A bad definition fails only its own task, where `mvs status` shows it.
-        task = new_task(
-            task_id,
-            "MV" if is_mv else "MV_LOG",
-            event["name"],
-            ctx,
-            mv=event.get("mv"),
-            mv_log=event.get("mv_log"),
+def _check_mv_name_is_free(name: str, tasks: Mapping[str, Record], ctx: Context) -> None:
+    """An MV's table is overwritten by every refresh: its name must not be any other table's."""
+    if mvlog_task_id(name) in tasks:
+        raise _invalid(
+            f"{name} is a base table with an MV log; an MV cannot take a table's name: choose another name"
         )
-        task.update(state=TaskState.FAILED.value, error=exc.record(ctx.now_ms))
-        effects.catalog[task_id] = task
-        effects.results.append(_result(event, task_id, ctx, task["error"]))
-        return effects
-    effects.catalog[task_id] = task
-    effects.manager.append(_manager_command("ADD_MAINTAINER", task, ctx))
-    effects.results.append(_result(event, task_id, ctx))
-    return effects
+    if _table_exists(name, ctx):
+        raise _invalid(
+            f"a table named {name} already exists in the warehouse (a base table, or the data of a "
+            "dropped MV not yet removed): choose another name for the materialized view"
+        )
+
+
+def _create_mv(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
+    name = event["name"]
+    problem = mv_name_problem(name)
+    if problem is not None:
+        raise _invalid(problem)
+    task_id = mv_task_id(name)
+    if task_id in tasks:
+        raise MvsError(ErrorCode.DUPLICATE, f"materialized view {name} already exists")
+    if event.get("mv") is None:
+        raise _invalid("CREATE_MV event has no mv spec")
+    _check_mv_name_is_free(name, tasks, ctx)
+    spec = _validated_mv_spec(name, checked_mv_spec(event["mv"]), tasks, ctx)
+    task = new_task(task_id, "MV", name, ctx, mv=spec, created_by=event["issued_by"])
+    return _added(event, task, ctx)
+
+
+def _create_mv_log(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
+    table = event["name"]
+    problem = mv_log_table_problem(table)
+    if problem is not None:
+        raise _invalid(problem)
+    task_id = mvlog_task_id(table)
+    if task_id in tasks:
+        raise MvsError(ErrorCode.DUPLICATE, f"materialized view log on {table} already exists")
+    if mv_task_id(table) in tasks:
+        # An MV's table is rewritten by each refresh and deleted with the MV, and ALTER/DROP of the
+        # name would address the MV first: an MV log belongs on a base table.
+        raise _invalid(
+            f"{table} is a materialized view; an MV log is kept on a base table "
+            f"(an MV reading {table} refreshes COMPLETE)"
+        )
+    if not _table_exists(table, ctx):
+        raise _invalid(f"unknown base table: {table}")
+    spec = event.get("mv_log") or {"base_table": table, "purge_interval_ms": DEFAULT_PURGE_INTERVAL_MS}
+    task = new_task(
+        task_id, "MV_LOG", table, ctx, mv_log=checked_mv_log_spec(spec, table), created_by=event["issued_by"]
+    )
+    task["safepoint"] = safepoint_for(table, tasks)
+    return _added(event, task, ctx)
+
+
+def _added(event: Record, task: Record, ctx: Context) -> Effects:
+    return Effects(
+        catalog={task["task_id"]: task},
+        manager=[_manager_command("ADD_MAINTAINER", task, ctx)],
+        results=[_result(event, task["task_id"], ctx)],
+    )
 
 
 def _target(event: Record, tasks: Mapping[str, Record]) -> str | None:
-    if event["action"] == "DROP_MV_LOG":
-        return mvlog_task_id(event["name"]) if mvlog_task_id(event["name"]) in tasks else None
-    for task_id in (mv_task_id(event["name"]), mvlog_task_id(event["name"])):
+    name = event.get("name")
+    if not isinstance(name, str):
+        return None
+    if event.get("action") == "DROP_MV_LOG":
+        return mvlog_task_id(name) if mvlog_task_id(name) in tasks else None
+    for task_id in (mv_task_id(name), mvlog_task_id(name)):
         if task_id in tasks:
             return task_id
     return None
@@ -184,12 +287,13 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
     task_id = _target(event, tasks)
     if task_id is None or (event["action"] == "DROP_MV" and not task_id.startswith("mv:")):
         what = "materialized view log on" if event["action"] == "DROP_MV_LOG" else "materialized view"
-        error = task_error(ErrorCode.NOT_FOUND, f"{what} {event['name']} does not exist", at_ms=ctx.now_ms)
-        effects.results.append(_result(event, None, ctx, error))
-        return effects
+        raise MvsError(ErrorCode.NOT_FOUND, f"{what} {shown(event['name'])} does not exist")
     task = dict(tasks[task_id])
     action = _LIFECYCLE_ACTIONS[event["action"]]
-    step = transition(TaskState(task["state"]), action)
+    if ctx.owner_rule:
+        check_owner(task, action, event["issued_by"], ctx.admin_principals)
+    state = TaskState(task["state"])
+    step = transition(state, action)
     if step.noop:
         effects.results.append(_result(event, task_id, ctx))
         return effects
@@ -199,13 +303,15 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
     if step.new_state is None:
         effects.catalog[task_id] = None
         effects.manager.append(_manager_command("REMOVE_MAINTAINER", task, ctx, include_task=False))
-    elif action is Action.REFRESH:
+    elif action is Action.REFRESH and step.new_state is state:
         effects.maintainer.append(maintainer_command("REFRESH_NOW", task, ctx))
     elif action is Action.CANCEL:
         effects.maintainer.append(maintainer_command("CANCEL_RUN", task, ctx))
     else:
+        # A new definition or state under a new epoch (a REFRESH of a FAILED task resumes it: the
+        # owner runs a new epoch at once).
         if action is Action.ALTER:
-            task["mv"] = _altered_spec(task, event, ctx)
+            task["mv"] = _altered_spec(task, event, tasks, ctx)
         task["state"] = step.new_state.value
         if step.new_state is TaskState.NORMAL:
             task["error"] = None
@@ -215,31 +321,70 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
     return effects
 
 
-def _altered_spec(task: Record, event: Record, ctx: Context) -> Record:
+def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
     if task["kind"] != "MV" or event.get("mv") is None:
-        raise MvsError(ErrorCode.INVALID_CONFIG, "ALTER needs new refresh settings for a materialized view")
+        raise _invalid("ALTER needs new refresh settings for a materialized view")
+    change = {**event, "mv": checked_mv_spec(event["mv"], query_may_be_empty=True)}
     try:
-        spec = apply_alter(task["mv"], event)
+        spec = apply_alter(task["mv"], change)
     except DdlError as exc:
-        raise MvsError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
-    return _validated_mv_spec(spec, ctx) if spec["query"] != task["mv"]["query"] else spec
+        raise _invalid(str(exc)) from exc
+    spec = checked_mv_spec(spec)
+    if spec["query"] == task["mv"]["query"]:
+        return {**spec, "base_tables": list(task["mv"]["base_tables"])}
+    return _validated_mv_spec(task["name"], spec, tasks, ctx)
+
+
+def _event_problem(event: Mapping[str, Any]) -> str | None:
+    """What is missing or mistyped in a DDL event (a raw producer's), or None."""
+    if not _event_id(event):
+        return "a DDL event needs a non-empty event_id"
+    action = event.get("action")
+    if action not in _CREATE_ACTIONS and action not in _LIFECYCLE_ACTIONS:
+        return f"unknown DDL action {shown(action)}"
+    for key in ("name", "issued_by"):
+        if not isinstance(event.get(key), str):
+            return f"a DDL event needs a string {key}"
+    if not isinstance(event.get("sql"), str | None):
+        return "sql must be a string or null"
+    return None
 
 
 def handle_ddl(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
-    """Validate one DDL event against the catalog and decide its effects."""
-    if event.get("schema_version") != SCHEMA_VERSION:
-        error = task_error(
-            ErrorCode.UNSUPPORTED_VERSION,
-            f"DDL schema_version {event.get('schema_version')} is not supported (expected 1)",
-            at_ms=ctx.now_ms,
-        )
-        return Effects(results=[_result(event, None, ctx, error)])
+    """Validate one DDL event against the catalog and decide its effects: always exactly one
+    DdlResult, and catalog records only for an accepted event (a refusal leaves nothing behind).
+
+    Total: whatever a producer sent, this answers and returns. Bad input is refused explicitly
+    (``MvsError`` with its code); an exception that still escapes is a bug of ours, answered as
+    "internal error" so the coordinator moves on instead of failing on the record for good.
+    """
     try:
-        if event["action"] in ("CREATE_MV", "CREATE_MV_LOG"):
-            return _create(event, tasks, ctx)
+        return _decide(event, tasks, ctx)
+    except Exception as exc:
+        log.exception("internal error on DDL event %s", _event_id(event))
+        error = _invalid(f"internal error: {type(exc).__name__}: {exc}; the DDL was not applied")
+        return _refusal(event, None, ctx, error)
+
+
+def _decide(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
+    if event.get("schema_version") != SCHEMA_VERSION:
+        version = event.get("schema_version")
+        error = MvsError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"DDL schema_version {shown(version)} is not supported (expected {SCHEMA_VERSION})",
+        )
+        return _refusal(event, None, ctx, error)
+    problem = _event_problem(event)
+    if problem is not None:
+        return _refusal(event, None, ctx, _invalid(problem))
+    try:
+        if event["action"] == "CREATE_MV":
+            return _create_mv(event, tasks, ctx)
+        if event["action"] == "CREATE_MV_LOG":
+            return _create_mv_log(event, tasks, ctx)
         return _lifecycle(event, tasks, ctx)
     except MvsError as exc:
-        return Effects(results=[_result(event, _target(event, tasks), ctx, exc.record(ctx.now_ms))])
+        return _refusal(event, _target(event, tasks), ctx, exc)
 
 
 def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
@@ -276,18 +421,67 @@ def refresh_safepoints(
     return effects
 
 
+_TASK_STATES = frozenset(state.value for state in TaskState)
+
+
+def _is_long(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _status_problem(status: object) -> str | None:
+    """What is missing or mistyped in a heartbeat's MaintainerStatus, or None."""
+    if not isinstance(status, Mapping):
+        return "a status must be a record"
+    if not isinstance(status.get("task_id"), str) or not _is_long(status.get("epoch")):
+        return "a status needs a task_id and an epoch"
+    if status.get("state") not in _TASK_STATES:
+        return f"unknown task state {shown(status.get('state'))}"
+    checkpoint = status.get("checkpoint")
+    if not isinstance(checkpoint, Mapping) or not all(
+        isinstance(k, str) and _is_long(v) for k, v in checkpoint.items()
+    ):
+        return "a checkpoint maps table names to Delta versions"
+    if not isinstance(status.get("last_run"), Mapping | None) or not isinstance(
+        status.get("error"), Mapping | None
+    ):
+        return "last_run and error must be records or null"
+    if not (status.get("next_run_at") is None or _is_long(status.get("next_run_at"))):
+        return "next_run_at must be a time in ms or null"
+    return None
+
+
 def handle_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
-    """Fold a manager's maintainer statuses into the catalog; stale epochs are ignored."""
+    """Fold a manager's maintainer statuses into the catalog; stale epochs are ignored.
+
+    Total: a malformed status is skipped (and logged), the others still count; an exception that
+    still escapes is a bug of ours, logged, and the heartbeat changes nothing.
+    """
+    try:
+        return _fold_heartbeat(heartbeat, tasks, ctx)
+    except Exception:
+        log.exception("internal error on a heartbeat from %r; ignored", heartbeat.get("worker_id"))
+        return Effects()
+
+
+def _fold_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
     effects = Effects()
-    for status in heartbeat["statuses"]:
+    worker_id, statuses = heartbeat.get("worker_id"), heartbeat.get("statuses")
+    if not isinstance(worker_id, str) or not isinstance(statuses, list):
+        log.warning("ignoring a heartbeat without worker_id or statuses")
+        return effects
+    for status in statuses:
+        problem = _status_problem(status)
+        if problem is not None:
+            log.warning("ignoring a status in the heartbeat of %r: %s", worker_id, problem)
+            continue
         task = tasks.get(status["task_id"])
         if task is None or status["epoch"] != task["epoch"]:
             continue  # a removed task, or a report from before the latest (re)start: stale
         updated = dict(task)
         # A status from a worker the task was not issued to is a claim (new, restarted or moved
         # task): that worker waits for an epoch naming it before it runs anything.
-        moved = task["owner"] != heartbeat["worker_id"]
-        updated["owner"] = heartbeat["worker_id"]
+        moved = task["owner"] != worker_id
+        updated["owner"] = worker_id
         updated["last_run"] = status["last_run"] or task["last_run"]
         updated["next_run_at"] = status["next_run_at"]
         # Checkpoints only move forward (a late heartbeat cannot pull one back).
@@ -356,10 +550,14 @@ def recovered_tasks(heartbeat: Record, restarted_at: Mapping[str, int]) -> set[s
     restarts in a row (a task that keeps killing its workers) make a task Failed, not unrelated
     worker deaths over its lifetime."""
     recovered = set()
-    for status in heartbeat["statuses"]:
-        since, last = restarted_at.get(status["task_id"]), status["last_run"]
-        ok = last is not None and last["state"] in ("COMPLETED", "SKIPPED")
-        if since is not None and ok and (last["ended_at"] or 0) > since:
+    statuses = heartbeat.get("statuses")
+    for status in statuses if isinstance(statuses, list) else []:
+        if _status_problem(status) is not None or status["task_id"] not in restarted_at:
+            continue
+        last = status["last_run"]
+        ok = last is not None and last.get("state") in ("COMPLETED", "SKIPPED")
+        ended_at = last.get("ended_at") if last is not None else None
+        if ok and isinstance(ended_at, int) and ended_at > restarted_at[status["task_id"]]:
             recovered.add(status["task_id"])
     return recovered
 
