@@ -15,6 +15,10 @@ in docker compose, or against an existing cluster:
   the broker's group config for ``consumer``).
 - ``MVS_WORKER_ID``: this process's name in heartbeats and run history (default host-pid-random;
   must be unique per process: a new owner is recognised by a new id).
+- ``MVS_OWNER_RULE``: ``1`` turns the owner rule on: only the principal that created an MV (or MV
+  log), or an admin, may alter, pause, resume, cancel or drop it (``workers.catalog.owners``).
+- ``MVS_ADMIN_PRINCIPALS``: comma-separated principals exempt from the owner rule, e.g.
+  ``User:admin,User:ops``.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ class Settings:
     # Bounded executor: concurrent runs per worker process.
     max_concurrent_runs: int = 2
     run_timeout_s: float = 600.0
+    # The owner rule (coordinator): only a task's creator or an admin principal may change it.
+    owner_rule: bool = False
+    admin_principals: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -85,6 +92,10 @@ class Settings:
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
+            owner_rule=env.get("MVS_OWNER_RULE", "").strip().lower() in ("1", "true", "yes", "on"),
+            admin_principals=frozenset(
+                p.strip() for p in env.get("MVS_ADMIN_PRINCIPALS", "").split(",") if p.strip()
+            ),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 
