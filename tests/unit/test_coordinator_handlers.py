@@ -66,6 +66,7 @@ def test_a_refused_create_leaves_nothing_behind_and_the_name_stays_free() -> Non
     assert effects.results[0]["accepted"] is False
     assert effects.results[0]["error"]["code"] == 1001 and "nowhere" in effects.results[0]["error"]["message"]
     assert not effects.catalog and not effects.manager and tasks == {}
+    assert effects.results[0]["task_id"] == "mv:v"  # `mvs history mv:v` shows the refusal
     again = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM sales", tasks)
     assert again.results[0]["accepted"] and tasks["mv:v"]["state"] == "NORMAL"
 

@@ -384,7 +384,18 @@ def _decide(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects
             return _create_mv_log(event, tasks, ctx)
         return _lifecycle(event, tasks, ctx)
     except MvsError as exc:
-        return _refusal(event, _target(event, tasks), ctx, exc)
+        return _refusal(event, _target(event, tasks) or _created_task_id(event), ctx, exc)
+
+
+def _created_task_id(event: Record) -> str | None:
+    """The task a refused CREATE was for (so ``mvs history <task>`` shows the refusal), when its
+    name is one a task could have."""
+    name, action = event["name"], event["action"]
+    if action == "CREATE_MV" and mv_name_problem(name) is None:
+        return mv_task_id(name)
+    if action == "CREATE_MV_LOG" and mv_log_table_problem(name) is None:
+        return mvlog_task_id(name)
+    return None
 
 
 def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
