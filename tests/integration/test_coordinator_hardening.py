@@ -101,3 +101,33 @@ def test_a_refused_create_leaves_nothing_and_a_valid_create_of_the_name_succeeds
     wait_until(lambda: caught_up(cluster, "mv:v"), what="v refreshed")
     task = cluster.task("mv:v")
     assert task is not None and task["state"] == "NORMAL" and task["created_by"] == "tests"
+
+
+def test_an_mv_failed_by_its_base_comes_back_with_resume(cluster: Cluster, spark: Any) -> None:
+    settings = cluster.settings
+    create_table(spark, settings, "items", [{"id": 1, "qty": 2}], "id BIGINT, qty BIGINT")  # v0
+    query = "SELECT id, qty FROM items"
+    assert cluster.sql(f"CREATE MATERIALIZED VIEW item_qty REFRESH COMPLETE EVERY 1 SECONDS AS {query}")[
+        "accepted"
+    ]
+
+    def reflects(version: int) -> bool:
+        task = cluster.task("mv:item_qty")
+        return bool(task and task["state"] == "NORMAL" and task["checkpoint"].get("items") == version)
+
+    wait_until(lambda: reflects(0), what="item_qty built")
+    # The base is re-created without the column the view reads: a permanent error, the task FAILED.
+    create_table(spark, settings, "items", [{"id": 1}], "id BIGINT")  # v1
+    failed = wait_until(
+        lambda: (t := cluster.task("mv:item_qty")) and t["state"] == "FAILED" and t, what="item_qty FAILED"
+    )
+    assert failed["error"]["code"] == 1001
+    # The base comes back with its column; RESUME brings the view back under a new epoch.
+    create_table(
+        spark, settings, "items", [{"id": 1, "qty": 2}, {"id": 2, "qty": 5}], "id BIGINT, qty BIGINT"
+    )  # v2
+    assert cluster.sql("ALTER MATERIALIZED VIEW item_qty RESUME")["accepted"]
+    wait_until(lambda: reflects(2), what="item_qty refreshed after RESUME")
+    task = cluster.task("mv:item_qty")
+    assert task is not None and task["epoch"] > failed["epoch"] and task["error"] is None
+    assert sorted(tuple(r.values()) for r in read_table(spark, settings, "item_qty")) == [(1, 2), (2, 5)]
