@@ -23,6 +23,7 @@ DELTA_LOG = "_delta_log"
 # in-flight temp files (".000…json.<uuid>.tmp") never match.
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 
+
 def table_path(settings: Settings, name: str) -> str:
     """Location of table ``name``: ``<warehouse>/<name>`` (any URI scheme Spark understands).
 
