@@ -147,14 +147,18 @@ def _check_mv_name_is_free(name: str, tasks: Mapping[str, Record], ctx: Context)
         )
 
 
-def _create_mv(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
-    name = event["name"]
-    problem = mv_name_problem(name)
+def _new_task_id(task_id: str, problem: str | None, tasks: Mapping[str, Record], what: str) -> str:
+    """``task_id`` for a new task, unless its name has a ``problem`` (1001) or it exists (1002)."""
     if problem is not None:
         raise _invalid(problem)
-    task_id = mv_task_id(name)
     if task_id in tasks:
-        raise MvsError(ErrorCode.DUPLICATE, f"materialized view {name} already exists")
+        raise MvsError(ErrorCode.DUPLICATE, f"{what} already exists")
+    return task_id
+
+
+def _create_mv(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
+    name = event["name"]
+    task_id = _new_task_id(mv_task_id(name), mv_name_problem(name), tasks, f"materialized view {name}")
     if event.get("mv") is None:
         raise _invalid("CREATE_MV event has no mv spec")
     _check_mv_name_is_free(name, tasks, ctx)
@@ -165,12 +169,8 @@ def _create_mv(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
 
 def _create_mv_log(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
     table = event["name"]
-    problem = mv_log_table_problem(table)
-    if problem is not None:
-        raise _invalid(problem)
-    task_id = mvlog_task_id(table)
-    if task_id in tasks:
-        raise MvsError(ErrorCode.DUPLICATE, f"materialized view log on {table} already exists")
+    what = f"materialized view log on {table}"
+    task_id = _new_task_id(mvlog_task_id(table), mv_log_table_problem(table), tasks, what)
     if mv_task_id(table) in tasks:
         # An MV's table is rewritten by each refresh and deleted with the MV, and ALTER/DROP of the
         # name would address the MV first: an MV log belongs on a base table.
