@@ -115,7 +115,7 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
     for table in info.base_tables:
         problem = name_problem(table, "table")
         if problem is not None:
-            raise _invalid(f"the query of {name} reads {problem}")
+            raise _invalid(f"the query of {name} reads a table it may not: {problem}")
     if name in info.base_tables:
         raise _invalid(f"materialized view {name} cannot read from itself")
     cycle = mv_cycle(name, list(info.base_tables), _mv_reads(tasks))
