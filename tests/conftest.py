@@ -12,9 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port
+
+# Property tests: a CI-sized run by default (a few seconds); HYPOTHESIS_PROFILE=long runs thousands
+# of examples per property (a fuzzing session outside CI).
+hypothesis_settings.register_profile("ci", max_examples=100, deadline=None)
+hypothesis_settings.register_profile(
+    "long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

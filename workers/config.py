@@ -18,6 +18,10 @@ in docker compose, or against an existing cluster:
 - ``MVS_DDL_INBOX``: ``1`` with authentication: clients publish DDL to their own inbox topic
   ``<ns>.ddl.inbox.<sasl user>`` and ``mvs coordinator`` forwards every inbox to ``<ns>.ddl`` with
   ``issued_by`` = the inbox's principal (README "Security"); default ``0``: straight to ``<ns>.ddl``.
+- ``MVS_OWNER_RULE``: ``1`` turns the owner rule on: only the principal that created an MV (or MV
+  log), or an admin, may alter, pause, resume, cancel or drop it (``workers.catalog.owners``).
+- ``MVS_ADMIN_PRINCIPALS``: comma-separated principals exempt from the owner rule, e.g.
+  ``User:admin,User:ops``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
         for key, value in env.items()
         if key.startswith(KAFKA_OPTION_PREFIX)
     }
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_worker_id() -> str:
@@ -74,6 +82,9 @@ class Settings:
     run_timeout_s: float = 600.0
     # DDL through per-principal inboxes (MVS_DDL_INBOX=1): see workers.coordinator.inbox.
     ddl_inbox: bool = False
+    # The owner rule (coordinator): only a task's creator or an admin principal may change it.
+    owner_rule: bool = False
+    admin_principals: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -90,7 +101,11 @@ class Settings:
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
-            ddl_inbox=env.get("MVS_DDL_INBOX", "0").strip().lower() in ("1", "true", "yes"),
+            ddl_inbox=_flag(env, "MVS_DDL_INBOX"),
+            owner_rule=_flag(env, "MVS_OWNER_RULE"),
+            admin_principals=frozenset(
+                p.strip() for p in env.get("MVS_ADMIN_PRINCIPALS", "").split(",") if p.strip()
+            ),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -35,7 +35,8 @@ STATEMENTS = [
 BAD_STATEMENTS = [
     # refused by the parser before anything is published
     "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 5 SECONDS AS DELETE FROM sales",
-    # published, refused by the coordinator: only this task fails, with its code in `mvs status`
+    # published, refused by the coordinator (unknown table): the answer carries the code and reason,
+    # nothing is added to the catalog (a corrected CREATE of the same name then just works)
     "CREATE MATERIALIZED VIEW returns_by_region REFRESH COMPLETE EVERY 5 SECONDS AS "
     "SELECT region, count(*) AS n FROM returns GROUP BY region",
 ]

@@ -15,32 +15,28 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from workers.catalog.names import MLOG_SUFFIX, check_table_name
 from workers.config import Settings
 
-MLOG_SUFFIX = "__mlog"
 DELTA_LOG = "_delta_log"
 # A commit file is exactly 20 digits + ".json"; checkpoints, .crc files and Delta's hidden
 # in-flight temp files (".000…json.<uuid>.tmp") never match.
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-# Table names come from user DDL and become folder names: refuse anything that could escape
-# the warehouse folder.
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.$-]*$")
-
-
-def _check_name(name: str) -> str:
-    if not _TABLE_NAME.match(name) or ".." in name:
-        raise ValueError(f"invalid table name {name!r}: use letters, digits, '_', '.', '$', '-'")
-    return name
 
 
 def table_path(settings: Settings, name: str) -> str:
-    """Location of table ``name``: ``<warehouse>/<name>`` (any URI scheme Spark understands)."""
-    return f"{settings.warehouse.rstrip('/')}/{_check_name(name)}"
+    """Location of table ``name``: ``<warehouse>/<name>`` (any URI scheme Spark understands).
+
+    Table names come from DDL and become folder names: a name that breaks the rule of
+    ``workers.catalog.names`` (and so could escape the warehouse folder, or is too long for a file
+    system) raises ``InvalidName`` (a ValueError) before any path is built.
+    """
+    return f"{settings.warehouse.rstrip('/')}/{check_table_name(name)}"
 
 
 def mlog_table_name(base: str) -> str:
     """The MV log (captured change rows) of base table ``base`` is the Delta table ``<base>__mlog``."""
-    return f"{_check_name(base)}{MLOG_SUFFIX}"
+    return check_table_name(f"{check_table_name(base)}{MLOG_SUFFIX}")
 
 
 def local_table_dir(settings: Settings, name: str) -> Path:

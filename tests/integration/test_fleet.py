@@ -160,7 +160,8 @@ def test_lifecycle_preconditions_through_the_users_path(
     assert cli(capsys, "ALTER MATERIALIZED VIEW life RESUME") == (
         1,
         "",
-        "ERROR 1001: cannot resume a task in state NORMAL: only a paused or warning task can be resumed",
+        "ERROR 1001: cannot resume a task in state NORMAL: "
+        "only a paused, warning or failed task can be resumed",
     )
     wait_until(lambda: caught_up(h, "mv:life", "orders"), what="resumed MV refreshed")
     assert mv_rows(h, "life") == query_rows(h, BY_REGION, "orders")
@@ -184,25 +185,33 @@ def test_lifecycle_preconditions_through_the_users_path(
     after = h.task("mv:shaky")
     assert after is not None and after["epoch"] == resumed["epoch"] + 1
 
-    step("Failed → onl")
-    # Failed → only drop.
-    failed = h.sql(
+    step("Refused / Failed")
+    # A refused CREATE leaves nothing behind.
+    refused = h.sql(
         "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 1 SECONDS AS SELECT * FROM nowhere"
     )
-    assert failed["error"]["code"] == 1001 and "nowhere" in failed["error"]["message"]
-    assert h.task("mv:broken")["state"] == "FAILED"  # type: ignore[index]
-    only_drop = "a failed task can only be dropped"
+    assert refused["error"]["code"] == 1001 and "nowhere" in refused["error"]["message"]
+    assert h.task("mv:broken") is None
+    # A query Spark cannot analyse fails its task for good (a retry cannot fix it) ...
+    h.ok(
+        "CREATE MATERIALIZED VIEW broken REFRESH COMPLETE EVERY 1 SECONDS AS "
+        "SELECT no_such_column FROM orders"
+    )
+    failed = wait_until(
+        lambda: (t := h.task("mv:broken")) and t["state"] == "FAILED" and t, what="broken FAILED"
+    )
+    only = "a failed task can only be resumed, refreshed or dropped"
     for statement, verb in [
         ("ALTER MATERIALIZED VIEW broken PAUSE", "pause"),
-        ("ALTER MATERIALIZED VIEW broken RESUME", "resume"),
-        ("REFRESH MATERIALIZED VIEW broken", "refresh"),
         ("ALTER MATERIALIZED VIEW broken REFRESH EVERY 5 SECONDS", "alter"),
     ]:
-        assert cli(capsys, statement) == (
-            1,
-            "",
-            f"ERROR 1001: cannot {verb} a task in state FAILED: {only_drop}",
-        )
+        assert cli(capsys, statement) == (1, "", f"ERROR 1001: cannot {verb} a task in state FAILED: {only}")
+    # ... and RESUME (or REFRESH) brings it back under a new epoch; still broken, it fails again.
+    assert cli(capsys, "ALTER MATERIALIZED VIEW broken RESUME")[:2] == (0, "OK mv:broken")
+    wait_until(
+        lambda: (t := h.task("mv:broken")) and t["state"] == "FAILED" and t["epoch"] > failed["epoch"],
+        what="broken resumed and failed again",
+    )
     assert cli(capsys, "DROP MATERIALIZED VIEW broken")[:2] == (0, "OK mv:broken")
     assert h.task("mv:broken") is None
     for name in ("life", "probe", "shaky"):

@@ -72,9 +72,8 @@ def test_invalid_query_fails_only_its_task(cluster: Cluster, spark: Any) -> None
         "CREATE MATERIALIZED VIEW bad REFRESH COMPLETE EVERY 1 SECONDS AS SELECT * FROM nowhere"
     )
     assert not bad["accepted"] and bad["error"]["code"] == 1001
-    task = cluster.task("mv:bad")
-    assert task is not None and task["state"] == "FAILED" and task["error"]["code"] == 1001
-    assert "nowhere" in task["error"]["message"]
+    assert "nowhere" in bad["error"]["message"]
+    assert cluster.task("mv:bad") is None  # a refusal is the answer only: nothing in the catalog
     wait_until(lambda: caught_up(cluster, "mv:good"), what="good MV refreshed")
     append(spark, cluster.settings, "sales", rows(300, 2))
     wait_until(lambda: caught_up(cluster, "mv:good"), what="good MV keeps refreshing")

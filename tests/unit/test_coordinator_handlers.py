@@ -2,6 +2,10 @@
 
 from typing import Any
 
+import pytest
+
+from workers.catalog.names import MAX_NAME_LENGTH, name_problem
+from workers.codec import get_codec
 from workers.coordinator.handlers import (
     Context,
     handle_ddl,
@@ -56,14 +60,15 @@ def test_duplicate_create_is_refused_and_leaves_the_task_alone() -> None:
     assert tasks["mv:by_region"] == before
 
 
-def test_unknown_base_table_fails_only_that_task() -> None:
+def test_a_refused_create_leaves_nothing_behind_and_the_name_stays_free() -> None:
     tasks: dict[str, Record] = {}
     effects = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM nowhere", tasks)
-    assert tasks["mv:v"]["state"] == "FAILED"
-    assert tasks["mv:v"]["error"]["code"] == 1001
-    assert "nowhere" in tasks["mv:v"]["error"]["message"]
-    assert not effects.manager  # nothing runs for it
     assert effects.results[0]["accepted"] is False
+    assert effects.results[0]["error"]["code"] == 1001 and "nowhere" in effects.results[0]["error"]["message"]
+    assert not effects.catalog and not effects.manager and tasks == {}
+    assert effects.results[0]["task_id"] == "mv:v"  # `mvs history mv:v` shows the refusal
+    again = apply("CREATE MATERIALIZED VIEW v AS SELECT * FROM sales", tasks)
+    assert again.results[0]["accepted"] and tasks["mv:v"]["state"] == "NORMAL"
 
 
 def test_drop_of_missing_mv_is_not_found() -> None:
@@ -192,3 +197,311 @@ def test_a_run_completed_after_a_restart_clears_the_restart_count() -> None:
     assert recovered_tasks(beat("COMPLETED", 6_000), restarted_at) == {"mv:by_region"}
     assert recovered_tasks(beat("SKIPPED", 6_000), restarted_at) == {"mv:by_region"}  # already current
     assert recovered_tasks(beat("COMPLETED", 6_000), {}) == set()
+
+
+# -- raw producers: names, specs, missing fields ----------------------------------------------------
+def raw_event(action: str, name: str, **fields: Any) -> Record:
+    """A DdlEvent as any producer may write it (no parser in between)."""
+    return {
+        "schema_version": 1,
+        "event_id": "e1",
+        "issued_at": 0,
+        "issued_by": "User:alice",
+        "action": action,
+        "name": name,
+        "mv": None,
+        "mv_log": None,
+        "sql": None,
+        **fields,
+    }
+
+
+def mv_spec(
+    query: str = "SELECT id FROM sales", kind: str = "EVERY", interval_ms: int | None = 60_000
+) -> Record:
+    return {
+        "query": query,
+        "refresh_mode": "COMPLETE",
+        "trigger": {"kind": kind, "interval_ms": interval_ms},
+        "base_tables": [],
+    }
+
+
+def checked_ctx(
+    tables: set[str], *, owner_rule: bool = False, admins: frozenset[str] = frozenset()
+) -> Context:
+    """A context whose table_exists fails the test if it is ever asked about an unchecked name."""
+
+    def exists(name: str) -> bool:
+        assert name_problem(name, "table") is None, f"table_exists called with unchecked {name!r}"
+        return name in tables
+
+    return Context(
+        now_ms=1_000, coordinator_epoch=7, table_exists=exists, owner_rule=owner_rule, admin_principals=admins
+    )
+
+
+def refusal(effects: Any) -> Record:
+    assert (
+        len(effects.results) == 1 and not effects.catalog and not effects.manager and not effects.maintainer
+    )
+    result = effects.results[0]
+    assert result["accepted"] is False
+    error: Record = result["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("", "cannot be empty"),
+        ("../etc", "invalid materialized view name"),
+        ("a/b", "invalid materialized view name"),
+        ("x" * 10_000, "10000 characters long; the limit is 128"),
+        ("x" * 129, "the limit is 128"),
+        ("vü", "invalid materialized view name"),
+        ("1abc", "invalid materialized view name"),
+        ("a.b", "invalid materialized view name"),
+        ("By_Region", "use 'by_region'"),
+        ("sales__mlog", "reserved for MV log tables"),
+    ],
+)
+def test_raw_create_with_a_bad_name_is_refused_without_touching_storage(name: str, why: str) -> None:
+    effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec()), {}, checked_ctx(TABLES))
+    error = refusal(effects)
+    assert error["code"] == 1001 and why in error["message"]
+    assert len(error["message"]) < 400  # a 10 000-character name is not echoed whole
+
+
+def test_the_longest_valid_name_is_accepted() -> None:
+    name = "v" * MAX_NAME_LENGTH
+    effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec()), {}, checked_ctx(TABLES))
+    assert effects.results[0]["accepted"] and f"mv:{name}" in effects.catalog
+
+
+def test_an_mv_named_like_a_base_table_or_mv_log_is_refused() -> None:
+    refused = refusal(handle_ddl(raw_event("CREATE_MV", "sales", mv=mv_spec()), {}, checked_ctx(TABLES)))
+    assert refused["code"] == 1001 and "a table named sales already exists" in refused["message"]
+    # A base table whose folder went away but whose MV log task is still in the catalog.
+    tasks: dict[str, Record] = {}
+    apply("CREATE MATERIALIZED VIEW LOG ON orders", tasks)
+    event = raw_event("CREATE_MV", "orders", mv=mv_spec())
+    refused = refusal(handle_ddl(event, tasks, checked_ctx({"sales"})))
+    assert "orders is a base table with an MV log" in refused["message"]
+
+
+def test_an_mv_reading_itself_or_closing_a_cycle_is_refused() -> None:
+    refused = refusal(
+        handle_ddl(raw_event("CREATE_MV", "loop", mv=mv_spec("SELECT * FROM loop")), {}, checked_ctx(TABLES))
+    )
+    assert "cannot read from itself" in refused["message"]
+    # a reads sales, b reads a (an MV over an MV is fine) — then a altered to read b closes a cycle.
+    tasks: dict[str, Record] = {}
+    tables = {*TABLES, "a", "b"}
+    # Each MV's table exists once it refreshed: a's before b is created, b's before the ALTER.
+    for name, query, existing in (
+        ("a", "SELECT id FROM sales", TABLES),
+        ("b", "SELECT id FROM a", TABLES | {"a"}),
+    ):
+        effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec(query)), tasks, checked_ctx(existing))
+        assert effects.results[0]["accepted"], effects.results
+        tasks.update(effects.catalog)  # type: ignore[arg-type]
+    alter = raw_event("ALTER_MV", "a", mv=mv_spec("SELECT id FROM b"))
+    refused = refusal(handle_ddl(alter, tasks, checked_ctx(tables)))
+    assert refused["code"] == 1001 and "a → b → a" in refused["message"]
+    assert tasks["mv:a"]["mv"]["base_tables"] == ["sales"]
+
+
+def test_an_mv_log_on_an_mv_is_refused() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    event = raw_event(
+        "CREATE_MV_LOG", "by_region", mv_log={"base_table": "by_region", "purge_interval_ms": 1000}
+    )
+    refused = refusal(handle_ddl(event, tasks, checked_ctx({*TABLES, "by_region"})))
+    assert "by_region is a materialized view" in refused["message"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        (mv_spec(interval_ms=0), "EVERY interval must be greater than zero"),
+        (mv_spec(interval_ms=-5), "greater than zero"),
+        (mv_spec(interval_ms=2**63 - 1), "longer than the limit of 366 days"),
+        (mv_spec(kind="TARGET_LAG", interval_ms=None), "TARGET LAG needs an interval"),
+        (mv_spec(kind="HOURLY"), "unknown trigger kind"),
+        ({**mv_spec(), "refresh_mode": "SOMETIMES"}, "unknown refresh mode"),
+        ({**mv_spec(), "refresh_mode": "FAST", "query": "SELECT DISTINCT id FROM sales"}, "REFRESH FAST"),
+        (mv_spec(query=""), "has no query"),
+        (mv_spec(query="DROP TABLE sales"), ""),
+        (mv_spec(query="SELECT * FROM `a/b`"), "invalid table name"),
+        ({"query": "SELECT id FROM sales"}, "unknown refresh mode"),
+        ("not a record", "must be a record"),
+    ],
+)
+def test_raw_mv_specs_are_checked_value_by_value(spec: Any, why: str) -> None:
+    error = refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=spec), {}, checked_ctx(TABLES)))
+    assert error["code"] == 1001 and why in error["message"]
+
+
+def test_on_change_and_on_demand_ignore_an_interval() -> None:
+    event = raw_event("CREATE_MV", "v", mv=mv_spec(kind="ON_DEMAND", interval_ms=-1))
+    effects = handle_ddl(event, {}, checked_ctx(TABLES))
+    assert effects.catalog["mv:v"]["mv"]["trigger"] == {"kind": "ON_DEMAND", "interval_ms": None}  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("mv_log", "why"),
+    [
+        ({"base_table": "orders", "purge_interval_ms": 1000}, "for table 'orders' but the event names sales"),
+        ({"base_table": "sales", "purge_interval_ms": 0}, "PURGE interval must be greater than zero"),
+        ({"base_table": "sales", "purge_interval_ms": 2**63 - 1}, "limit of 366 days"),
+    ],
+)
+def test_raw_mv_log_specs_are_checked(mv_log: Record, why: str) -> None:
+    error = refusal(handle_ddl(raw_event("CREATE_MV_LOG", "sales", mv_log=mv_log), {}, checked_ctx(TABLES)))
+    assert why in error["message"]
+
+
+@pytest.mark.parametrize("missing", ["event_id", "action", "name", "issued_by", "schema_version"])
+def test_an_event_missing_a_field_gets_one_refusal(missing: str) -> None:
+    event = raw_event("CREATE_MV", "v", mv=mv_spec())
+    del event[missing]
+    error = refusal(handle_ddl(event, {}, checked_ctx(TABLES)))
+    assert error["code"] == (6001 if missing == "schema_version" else 1001)
+
+
+def test_an_alter_with_missing_fields_is_refused() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    for mv in ({"refresh_mode": "COMPLETE"}, {**mv_spec(query=""), "trigger": None}, None):
+        error = refusal(handle_ddl(raw_event("ALTER_MV", "by_region", mv=mv), tasks, checked_ctx(TABLES)))
+        assert error["code"] == 1001
+
+
+def test_a_bug_inside_a_decision_becomes_an_internal_error_answer() -> None:
+    def broken(name: str) -> bool:
+        raise RuntimeError("boom")
+
+    bad_ctx = Context(now_ms=1, coordinator_epoch=1, table_exists=broken)
+    error = refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=mv_spec()), {}, bad_ctx))
+    assert error["message"].startswith("internal error: RuntimeError: boom")
+
+
+def test_a_storage_error_looking_up_a_table_is_a_2001_answer() -> None:
+    def unreachable(name: str) -> bool:
+        raise PermissionError("denied")
+
+    bad_ctx = Context(now_ms=1, coordinator_epoch=1, table_exists=unreachable)
+    assert refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=mv_spec()), {}, bad_ctx))["code"] == 2001
+
+
+# -- FAILED → back -------------------------------------------------------------------------------------
+def _failed(tasks: dict[str, Record], task_id: str) -> None:
+    error = {"code": 1003, "message": "base table gone", "severity": "ERROR", "retryable": False, "at": 1}
+    tasks[task_id] = {**tasks[task_id], "state": "FAILED", "error": error}
+
+
+@pytest.mark.parametrize(
+    "statement", ["ALTER MATERIALIZED VIEW by_region RESUME", "REFRESH MATERIALIZED VIEW by_region"]
+)
+def test_resume_or_refresh_brings_a_failed_mv_back_under_a_new_epoch(statement: str) -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    _failed(tasks, "mv:by_region")
+    effects = apply(statement, tasks)
+    task = tasks["mv:by_region"]
+    assert effects.results[0]["accepted"]
+    assert (task["state"], task["epoch"], task["error"]) == ("NORMAL", 2, None)
+    # The owner gets the new epoch and runs it at once; no separate REFRESH_NOW is needed.
+    assert [c["kind"] for c in effects.manager] == ["ADD_MAINTAINER"] and effects.manager[0]["epoch"] == 2
+    assert not effects.maintainer
+
+
+def test_a_failed_task_still_refuses_pause_and_alter() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    _failed(tasks, "mv:by_region")
+    error = apply("ALTER MATERIALIZED VIEW by_region PAUSE", tasks).results[0]["error"]
+    assert error["code"] == 1001 and "can only be resumed, refreshed or dropped" in error["message"]
+
+
+# -- owner rule ----------------------------------------------------------------------------------------
+def test_created_by_records_the_issuer() -> None:
+    effects = handle_ddl(parse_statement(CREATE, issued_by="User:alice"), {}, ctx())
+    assert effects.catalog["mv:by_region"]["created_by"] == "User:alice"  # type: ignore[index]
+    assert (
+        get_codec().decode(get_codec().encode("TaskRecord", effects.catalog["mv:by_region"]))[1]["created_by"]
+        == "User:alice"
+    )
+
+
+def _owned_by_alice(owner_rule: bool) -> tuple[dict[str, Record], Context]:
+    rule_ctx = checked_ctx(TABLES, owner_rule=owner_rule, admins=frozenset({"User:admin"}))
+    tasks: dict[str, Record] = {}
+    tasks.update(handle_ddl(parse_statement(CREATE, issued_by="User:alice"), tasks, rule_ctx).catalog)  # type: ignore[arg-type]
+    return tasks, rule_ctx
+
+
+@pytest.mark.parametrize(
+    ("statement", "guarded"),
+    [
+        ("ALTER MATERIALIZED VIEW by_region PAUSE", True),
+        ("ALTER MATERIALIZED VIEW by_region REFRESH COMPLETE ON CHANGE", True),
+        ("CANCEL REFRESH MATERIALIZED VIEW by_region", True),
+        ("DROP MATERIALIZED VIEW by_region", True),
+        ("REFRESH MATERIALIZED VIEW by_region", False),
+    ],
+)
+def test_owner_rule_lets_only_the_creator_or_an_admin_change_an_mv(statement: str, guarded: bool) -> None:
+    tasks, rule_ctx = _owned_by_alice(owner_rule=True)
+    bob = handle_ddl(parse_statement(statement, issued_by="User:bob"), tasks, rule_ctx)
+    if guarded:
+        error = refusal(bob)
+        assert error["code"] == 1001
+        assert error["message"].startswith("permission denied: 'User:bob' may not")
+        assert "its creator User:alice" in error["message"]
+    else:
+        assert bob.results[0]["accepted"]
+    for principal in ("User:alice", "User:admin"):
+        assert handle_ddl(parse_statement(statement, issued_by=principal), tasks, rule_ctx).results[0][
+            "accepted"
+        ]
+
+
+def test_owner_rule_off_lets_anyone_and_guards_refresh_of_a_failed_task_when_on() -> None:
+    tasks, open_ctx = _owned_by_alice(owner_rule=False)
+    assert handle_ddl(
+        parse_statement("DROP MATERIALIZED VIEW by_region", issued_by="x"), tasks, open_ctx
+    ).results[0]["accepted"]
+    tasks, rule_ctx = _owned_by_alice(owner_rule=True)
+    _failed(tasks, "mv:by_region")
+    refresh = parse_statement("REFRESH MATERIALIZED VIEW by_region", issued_by="User:bob")
+    assert "permission denied" in refusal(handle_ddl(refresh, tasks, rule_ctx))["message"]
+
+
+def test_owner_rule_fails_closed_for_tasks_without_a_recorded_creator() -> None:
+    tasks, rule_ctx = _owned_by_alice(owner_rule=True)
+    tasks["mv:by_region"]["created_by"] = None  # a record from before creators were kept
+    pause = parse_statement("ALTER MATERIALIZED VIEW by_region PAUSE", issued_by="User:alice")
+    assert "no recorded creator" in refusal(handle_ddl(pause, tasks, rule_ctx))["message"]
+    admin = parse_statement("ALTER MATERIALIZED VIEW by_region PAUSE", issued_by="User:admin")
+    assert handle_ddl(admin, tasks, rule_ctx).results[0]["accepted"]
+
+
+# -- heartbeats from anyone -----------------------------------------------------------------------------
+def test_malformed_heartbeat_statuses_are_skipped_and_good_ones_still_count() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    good = _status(tasks["mv:by_region"], 1, {"sales": 4})
+    bad = [
+        {"task_id": "mv:by_region"},
+        "junk",
+        {**good, "state": "EXPLODED"},
+        {**good, "checkpoint": {"s": "1"}},
+    ]
+    effects = handle_heartbeat({"worker_id": "w1", "statuses": [*bad, good]}, tasks, ctx())
+    assert effects.catalog["mv:by_region"]["checkpoint"] == {"sales": 4}  # type: ignore[index]
+    assert not handle_heartbeat({"statuses": [good]}, tasks, ctx())
+    assert not handle_heartbeat({}, tasks, ctx())
+    assert recovered_tasks({"statuses": ["junk", {"task_id": 1}]}, {"mv:by_region": 1}) == set()

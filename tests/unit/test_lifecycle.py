@@ -19,6 +19,10 @@ from workers.catalog.lifecycle import Action, TaskState, transition
         (TaskState.NORMAL, Action.REFRESH, TaskState.NORMAL, False, False),
         (TaskState.NORMAL, Action.CANCEL, TaskState.NORMAL, False, False),
         (TaskState.FAILED, Action.DROP, None, True, False),
+        # The way back from FAILED (e.g. its base table was dropped and created again): a new epoch
+        # in NORMAL. REFRESH of a failed task resumes it too.
+        (TaskState.FAILED, Action.RESUME, TaskState.NORMAL, True, False),
+        (TaskState.FAILED, Action.REFRESH, TaskState.NORMAL, True, False),
         (TaskState.PAUSED, Action.DROP, None, True, False),
     ],
 )
@@ -32,10 +36,10 @@ def test_allowed_transitions(
 @pytest.mark.parametrize(
     ("state", "action", "why"),
     [
-        (TaskState.FAILED, Action.RESUME, "can only be dropped"),
-        (TaskState.FAILED, Action.PAUSE, "can only be dropped"),
-        (TaskState.FAILED, Action.ALTER, "can only be dropped"),
-        (TaskState.NORMAL, Action.RESUME, "only a paused or warning task"),
+        (TaskState.FAILED, Action.PAUSE, "can only be resumed, refreshed or dropped"),
+        (TaskState.FAILED, Action.ALTER, "can only be resumed, refreshed or dropped"),
+        (TaskState.FAILED, Action.CANCEL, "can only be resumed, refreshed or dropped"),
+        (TaskState.NORMAL, Action.RESUME, "only a paused, warning or failed task"),
         (TaskState.PAUSED, Action.REFRESH, "resume the task"),
         (TaskState.FINISHED, Action.PAUSE, "can only be dropped"),
     ],

@@ -44,7 +44,12 @@ def transition(state: TaskState, action: Action) -> Transition:
     if action is Action.DROP:
         return Transition(None, raise_epoch=True)
     if state is TaskState.FAILED:
-        raise _refused(action, state, "a failed task can only be dropped")
+        # The way back once the cause is fixed (e.g. a dropped base table created again): a new
+        # epoch in NORMAL with the error cleared, which the owner runs at once. REFRESH says the
+        # same thing in the user's words ("run it now"), so it resumes too.
+        if action in (Action.RESUME, Action.REFRESH):
+            return Transition(TaskState.NORMAL, raise_epoch=True)
+        raise _refused(action, state, "a failed task can only be resumed, refreshed or dropped")
     if state is TaskState.FINISHED:
         raise _refused(action, state, "a finished task can only be dropped")
     if action is Action.PAUSE:
@@ -53,7 +58,7 @@ def transition(state: TaskState, action: Action) -> Transition:
         return Transition(TaskState.PAUSED, raise_epoch=True)
     if action is Action.RESUME:
         if state not in (TaskState.PAUSED, TaskState.WARNING):
-            raise _refused(action, state, "only a paused or warning task can be resumed")
+            raise _refused(action, state, "only a paused, warning or failed task can be resumed")
         return Transition(TaskState.NORMAL, raise_epoch=True)
     if action is Action.ALTER:
         # A new spec takes effect under a new epoch; a paused task stays paused.

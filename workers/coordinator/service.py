@@ -106,6 +106,8 @@ class Coordinator(LoopRole):
             now_ms=self.clock.wall_ms(),
             coordinator_epoch=self.coordinator_epoch,
             table_exists=self._table_exists,
+            owner_rule=self.settings.owner_rule,
+            admin_principals=self.settings.admin_principals,
         )
 
     def step(self, timeout_s: float = 0.2) -> None:

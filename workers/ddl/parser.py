@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
@@ -32,7 +33,6 @@ UNIT_MS = {
 }
 _UNITS_HINT = "SECOND(S), MINUTE(S), HOUR(S) or DAY(S)"
 _MAX_LONG = 2**63 - 1  # interval_ms is an Avro long
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Unquoted words that would make a statement read ambiguously if used as a name.
 _RESERVED = frozenset(
     {
