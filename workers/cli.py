@@ -143,8 +143,7 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from workers.coordinator.service import Coordinator
 
     _serve_metrics(args)
-    Coordinator(settings).run(_stop_event())
-    return 0
+    return Coordinator(settings).run(_stop_event())  # non-zero: fenced or misconfigured
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -155,8 +154,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     runner = SparkRunner(settings)
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
-    Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
-    return 0
+    return Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
 
 
 def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:
