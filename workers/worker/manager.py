@@ -105,6 +105,9 @@ class Manager(LoopRole):
         self._dirty: set[str] = set()
         self._removed: set[str] = set()
         self._lock = threading.Lock()
+        # A full snapshot at least every 10 s, and always well within the coordinator's heartbeat
+        # timeout (an idle worker sends nothing else), so a short timeout never restarts a live one.
+        self._full_every_s = min(FULL_HEARTBEAT_EVERY_S, settings.heartbeat_timeout_s / 3)
         self._last_heartbeat = float("-inf")
         self._last_full = float("-inf")
         self._last_reconcile = self.clock.monotonic()
@@ -459,7 +462,7 @@ class Manager(LoopRole):
         if now - self._last_reconcile >= RECONCILE_EVERY_S and not bus_away:
             self._last_reconcile = now  # a failed read moves it (to retry sooner)
             self._reconcile()
-        full = self._full_requested or now - self._last_full >= FULL_HEARTBEAT_EVERY_S
+        full = self._full_requested or now - self._last_full >= self._full_every_s
         if full or self._claim_now or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
             self._claim_now = False
             self._send_heartbeat(full=full)
