@@ -26,6 +26,7 @@ class FakeProducer:
         self.sent: list[tuple[str, Record]] = []
         self.undelivered: list[Any] = []
         self.refuse: BusError | None = None
+        self.instant = False  # deliver inside send (a delivery report served before send returns)
 
     def send(self, topic: str, key: str | None, record: Record, **kwargs: Any) -> None:
         if self.refuse is not None:
@@ -33,6 +34,8 @@ class FakeProducer:
         self.sent.append((topic, record))
         if kwargs.get("on_delivery") is not None:
             self.undelivered.append(kwargs["on_delivery"])
+        if self.instant:
+            self.deliver()
 
     def deliver(self, error: BusError | None = None) -> None:
         callbacks, self.undelivered = self.undelivered, []
@@ -107,6 +110,15 @@ def test_heartbeats_are_skipped_while_one_is_undelivered_and_a_full_one_follows_
     beats = producer.of("coordinator")
     assert len(beats) == 2 and beats[1]["full"], "after an outage the coordinator gets the whole truth"
     assert [s["task_id"] for s in beats[1]["statuses"]] == ["mv:a"]
+
+
+def test_a_heartbeat_acknowledged_before_send_returns_does_not_stop_the_next_ones() -> None:
+    m, producer, _, _ = manager()
+    producer.instant = True
+    for _ in range(3):
+        m.clock.advance(m._full_every_s + 0.1)  # type: ignore[attr-defined]
+        m.step(0)
+    assert len(producer.of("coordinator")) == 3 and not m._bus_away()
 
 
 def test_a_lost_heartbeat_is_followed_by_a_full_one() -> None:

@@ -421,18 +421,19 @@ class Manager(LoopRole):
             "statuses": statuses,
             "removed": sorted(gone),
         }
+        # Pending before it is queued: its delivery report may be served inside send() already.
+        self._heartbeat_pending_since = self.clock.monotonic()
         try:
             self._producer.send(
                 "coordinator", self.worker_id, heartbeat, on_delivery=self._heartbeat_delivered
             )
         except BusError as exc:
+            self._heartbeat_pending_since = None
             log.warning("%s: heartbeat skipped: %s", self.worker_id, exc)
             with self._lock:
                 self._dirty.update(dirty)
                 self._removed.update(gone)
             self._full_requested = True
-            return
-        self._heartbeat_pending_since = self.clock.monotonic()
 
     # -- loop --------------------------------------------------------------------------------------
     def step(self, timeout_s: float = 0.05) -> None:
