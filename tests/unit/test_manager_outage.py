@@ -71,6 +71,9 @@ class FakeConsumer:
     def commit(self, message: Message | None = None) -> None:
         pass
 
+    def unassign(self, topic: str, partitions: list[int] | None = None) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -206,3 +209,34 @@ def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     assert "mv:slow" not in m.draining and "mv:slow" not in m.maintainers
     assert runner.dropped == ["mv:slow"], "dropped once the run ended"
     assert [r["state"] for r in producer.of("runs")][-1] in ("CANCELED", "COMPLETED")
+
+
+def test_a_fatally_failed_consumer_is_rebuilt_and_its_partitions_let_go() -> None:
+    m, _, commands, _ = manager()
+    m.partitions = {0}
+    own(m, "a")
+
+    def fatal(timeout_s: float = 0.0) -> Message | None:
+        raise BusError("consumer: _FATAL", fatal=True)
+
+    commands.poll = fatal  # type: ignore[method-assign]
+    m.step(0)  # does not raise
+    assert m._commands is not commands and not m.partitions and not m.owned
+    m._commands.close()
+    m._task_commands.close()
+
+
+def test_a_fenced_consumer_is_not_rebuilt_the_loop_decides() -> None:
+    m, _, commands, _ = manager()
+
+    def fenced(timeout_s: float = 0.0) -> Message | None:
+        raise BusError("consumer: FENCED_INSTANCE_ID", fatal=True, fenced=True)
+
+    commands.poll = fenced  # type: ignore[method-assign]
+    try:
+        m.step(0)
+    except BusError as exc:
+        assert exc.fenced
+    else:
+        raise AssertionError("a fence must reach LoopRole.run (exit 75)")
+    assert m._commands is commands

@@ -173,8 +173,26 @@ class Coordinator(LoopRole):
             log.warning("coordinator starts over from the committed DDL offset: %s", exc)
             self._stand_by()
 
+    def _poll_ddl(self, timeout_s: float) -> Message | None:
+        try:
+            return self._ddl.poll(timeout_s)  # drives the group: may call _on_assign / _on_revoke
+        except BusError as exc:
+            if not exc.fatal or exc.fenced:
+                raise
+        # librdkafka gave up on the group consumer (not a fence): stand by and join again.
+        log.warning("coordinator: the DDL consumer failed fatally; rebuilding it")
+        self._owns_ddl = False
+        self._stand_by()
+        try:
+            self._ddl.close()
+        except Exception as close_error:
+            log.info("coordinator: closing the failed consumer: %s", close_error)
+        self._ddl = TypedConsumer(self.settings, group_id=self.settings.group("coordinator"))
+        self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        return None
+
     def _step(self, timeout_s: float) -> None:
-        message = self._ddl.poll(timeout_s)  # drives the group: may call _on_assign / _on_revoke
+        message = self._poll_ddl(timeout_s)
         if self._owns_ddl and not self.active:
             self._activate(rewind=True)
             return  # the record polled above (if any) comes again from the committed offset

@@ -444,7 +444,7 @@ class Manager(LoopRole):
         if self._producer_failed:
             self._rebuild_producer()
         self._producer.poll(0)  # delivery callbacks: heartbeats and run records acknowledged or failed
-        message = self._commands.poll(wait)
+        message = self._poll_commands(wait)
         if message is not None:
             self._handle_command(message, self._on_manager_command)
             self._commit(self._commands, message)
@@ -495,6 +495,29 @@ class Manager(LoopRole):
                 deferred = self._deferred.pop(task_id, None)
                 if deferred is not None:
                     self._add_task_safely(*deferred)
+
+    def _poll_commands(self, wait_s: float) -> Message | None:
+        try:
+            return self._commands.poll(wait_s)
+        except BusError as exc:
+            if not exc.fatal or exc.fenced:
+                raise
+            self._rebuild_consumers(exc)
+            return None
+
+    def _rebuild_consumers(self, cause: BusError) -> None:
+        """librdkafka gave up on the group consumer (a fatal error, not a fence): let go of every
+        partition as if revoked, and join again with new consumers."""
+        log.warning("%s: the consumer failed fatally (%s); rebuilding it", self.worker_id, cause)
+        self._on_revoke([("manager", p) for p in sorted(self.partitions)])
+        for consumer in (self._commands, self._task_commands):
+            try:
+                consumer.close()
+            except Exception as exc:
+                log.info("%s: closing the failed consumer: %s", self.worker_id, exc)
+        self._commands = TypedConsumer(self.settings, group_id=self.settings.group("workers"))
+        self._task_commands = TypedConsumer(self.settings, group_id=self.settings.group("workers.maintainer"))
+        self._commands.subscribe(["manager"], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _rebuild_producer(self) -> None:
         """librdkafka gave up on the producer (a fatal error, e.g. an idempotence sequence gap): a new
