@@ -162,3 +162,43 @@ def test_a_bus_error_is_not_a_poison_record() -> None:
     with pytest.raises(BusError):
         apply(c, consumer, ddl(0, "e0", "CREATE"))
     assert producer.committed == [], "redone from the committed offset, not dead-lettered"
+
+
+class PollingDdl(FakeDdl):
+    """A DDL consumer whose poll hands out ``messages`` and then raises ``error`` (if set)."""
+
+    def __init__(self, messages: list[Message], error: BusError | None = None) -> None:
+        super().__init__()
+        self.messages = messages
+        self.error = error
+
+    def poll(self, timeout_s: float = 0.0) -> Message | None:
+        if self.messages:
+            message = self.messages.pop(0)
+            self.position = message.offset + 1
+            return message
+        if self.error is not None:
+            raise self.error
+        return None
+
+
+def test_a_failed_transaction_makes_the_coordinator_start_over_while_it_owns_the_ddl_partition() -> None:
+    def handler(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects:
+        raise BusError("commit_transaction: _TIMED_OUT", retriable=True)
+
+    c, producer, _ = coordinator(handler)
+    c._owns_ddl = True
+    c._ddl = PollingDdl([ddl(0, "e0", "CREATE")])  # type: ignore[assignment]
+    with pytest.raises(BusError):  # LoopRole.run logs it and backs off
+        c.step(0)
+    assert not c.active and c._producer is None, "the producer is dropped (a new one aborts its transaction)"
+    assert c._owns_ddl, "still ours: the next step activates again from the committed offset"
+    assert producer.committed == []
+
+
+def test_a_fenced_coordinator_stands_by_until_the_group_assigns_it_again() -> None:
+    c, _, _ = coordinator(handle_ddl)
+    c._owns_ddl = True
+    c._ddl = PollingDdl([], BusError("PRODUCER_FENCED", fatal=True, fenced=True))  # type: ignore[assignment]
+    c.step(0)  # does not raise
+    assert not c.active and c._producer is None and not c._owns_ddl

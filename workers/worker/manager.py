@@ -31,6 +31,7 @@ import functools
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from workers.catalog.store import restore_catalog
@@ -296,7 +297,7 @@ class Manager(LoopRole):
                 self.maintainers.run_pending()
 
     # -- commands ----------------------------------------------------------------------------------
-    def _handle_command(self, message: Message, handler: Any) -> None:
+    def _handle_command(self, message: Message, handler: Callable[[Message], None]) -> None:
         """A command whatever its producer wrote: one that makes its handler raise is logged and
         skipped (the loop goes on; the catalog, reconciled every RECONCILE_EVERY_S, is the truth)."""
         try:
