@@ -27,10 +27,8 @@ rejoins by itself when the broker is back. A producer librdkafka reports fatal i
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -47,6 +45,7 @@ from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics, TaskGauges, process_metrics
 from workers.topics import topic_spec
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
+from workers.worker.outbox import Outbox
 from workers.worker.runner import Runner, SparkRunner
 
 log = logging.getLogger(__name__)
@@ -102,7 +101,7 @@ class Manager(LoopRole):
         self._unrestored: set[int] = set()  # assigned partitions whose catalog read failed: retried
         self._heartbeat_pending_since: float | None = None  # monotonic send time of an undelivered one
         self._producer_failed = False  # librdkafka reported the producer fatal: rebuild it
-        self._outbox: deque[tuple[str, str, Record]] = deque()
+        self._outbox = Outbox(self.worker_id, on_fatal=self._producer_fatal)
         self._dirty: set[str] = set()
         self._removed: set[str] = set()
         self._lock = threading.Lock()
@@ -344,41 +343,17 @@ class Manager(LoopRole):
 
     # -- outbox and heartbeats ---------------------------------------------------------------------
     def _enqueue(self, topic: str, key: str, record: Record) -> None:
-        with self._lock:
-            self._outbox.append((topic, key, record))
+        self._outbox.put(topic, key, record)
 
     def _mark_dirty(self, task_id: str) -> None:
         with self._lock:
             self._dirty.add(task_id)
 
     def _publish_outbox(self) -> None:
-        """Hand the outbox to the producer; a record stays in the outbox until librdkafka has taken
-        it, and comes back to it if its delivery fails (run records must not be lost)."""
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    break
-                topic, key, record = self._outbox[0]  # other threads only append
-            try:
-                delivered = functools.partial(self._outbox_delivered, topic, key, record)
-                self._producer.send(topic, key, record, on_delivery=delivered)
-            except BusError as exc:
-                log.warning("%s: outbox kept (%d records): %s", self.worker_id, len(self._outbox), exc)
-                return
-            except Exception:  # a record that cannot be encoded is a bug: it must not block the rest
-                log.exception(
-                    "%s: dropping a record that cannot be sent to %s: %r", self.worker_id, topic, record
-                )
-            with self._lock:
-                self._outbox.popleft()
+        self._outbox.publish(self._producer)
 
-    def _outbox_delivered(self, topic: str, key: str, record: Record, error: BusError | None) -> None:
-        if error is None:
-            return
-        log.warning("%s: delivery to %s failed, re-queued: %s", self.worker_id, topic, error)
-        self._enqueue(topic, key, record)
-        if error.fatal:
-            self._producer_failed = True
+    def _producer_fatal(self) -> None:
+        self._producer_failed = True
 
     def _heartbeat_delivered(self, error: BusError | None) -> None:
         sent, self._heartbeat_pending_since = self._heartbeat_pending_since, None
