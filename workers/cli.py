@@ -277,8 +277,7 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
     _serve_metrics(args)
     forward_inboxes_in_background(settings)  # MVS_DDL_INBOX=1: DDL inboxes → ddl, issued_by = principal
-    Coordinator(settings).run(_stop_event())
-    return 0
+    return Coordinator(settings).run(_stop_event())  # non-zero: fenced or misconfigured
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -289,8 +288,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     runner = SparkRunner(settings)
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
-    Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
-    return 0
+    return Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
 
 
 def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:

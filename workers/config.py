@@ -13,6 +13,8 @@ in docker compose, or against an existing cluster:
 - ``MVS_SESSION_TIMEOUT_MS``: consumer-group session timeout, i.e. how long a dead worker keeps
   its tasks (default 6000; 0 leaves Kafka's defaults: 45 s, client-side for ``classic``,
   the broker's group config for ``consumer``).
+- ``MVS_HEARTBEAT_TIMEOUT_S``: a task whose owner sent no heartbeat for this long is restarted
+  elsewhere (default 25; keep it well above the 10 s full-heartbeat period).
 - ``MVS_WORKER_ID``: this process's name in heartbeats and run history (default host-pid-random;
   must be unique per process: a new owner is recognised by a new id).
 - ``MVS_DDL_INBOX``: ``1`` with authentication: clients publish DDL to their own inbox topic
@@ -100,6 +102,7 @@ class Settings:
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
+            heartbeat_timeout_s=float(env.get("MVS_HEARTBEAT_TIMEOUT_S", str(cls.heartbeat_timeout_s))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
             ddl_inbox=_flag(env, "MVS_DDL_INBOX"),
             owner_rule=_flag(env, "MVS_OWNER_RULE"),

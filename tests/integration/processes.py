@@ -41,6 +41,7 @@ def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = No
             "MVS_NAMESPACE": settings.namespace,
             "MVS_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
             "MVS_MAX_POLL_INTERVAL_MS": str(settings.max_poll_interval_ms),
+            "MVS_HEARTBEAT_TIMEOUT_S": str(settings.heartbeat_timeout_s),
             "MVS_GROUP_PROTOCOL": settings.group_protocol,
             "MVS_WORKER_ID": name,
             "PYTHONUNBUFFERED": "1",

@@ -6,13 +6,24 @@ the catalog from the compacted topic and only then opens its transactional produ
 fixed transactional.id fences any older active coordinator that may still be running.
 Each DDL record's effects and its offset commit in one Kafka transaction, so a DDL is applied
 exactly once even across a failover.
+
+Riding out the broker: a transaction that fails (the broker away, a producer librdkafka reports
+fatal) is not aborted in place: the producer is dropped and the coordinator activates again — a new
+producer whose ``init_transactions`` aborts whatever the old one left open, the catalog read again,
+the DDL position rewound to the committed offset. During a long outage the group session expires and
+the DDL partition is lost; the consumer rejoins when the broker is back, and whoever gets the
+partition goes on from the committed offset. A DDL record whose handling raises anything but a bus
+error (a poison record) goes to the dlq with the reason, gets an error DdlResult if its event id can
+be read, and is committed past in the same transaction: the next DDL is applied.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
+from workers.catalog.errors import ErrorCode, task_error
 from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.coordinator.handlers import (
@@ -33,21 +44,31 @@ from workers.topics import topic_spec
 from workers.warehouse import table_exists
 
 log = logging.getLogger(__name__)
+DdlHandler = Callable[[Record, Mapping[str, Record], Context], Effects]
+# Transaction calls give up after this long (each, retried by TXN_RETRY): while the broker is away the
+# loop must come back to stand by and rejoin rather than hang in commit_transaction.
+TXN_TIMEOUT_S = 5.0
 
 
 class Coordinator(LoopRole):
+    role_name: ClassVar[str] = "coordinator"
+
     def __init__(
         self,
         settings: Settings,
         *,
         clock: Clock | None = None,
         table_exists_fn: Callable[[str], bool] | None = None,
+        ddl_handler: DdlHandler | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
         self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
+        self._handle_ddl = ddl_handler or handle_ddl
         self.tasks: dict[str, Record] = {}
         self.active = False
+        # The group gave us the DDL partition: we are (or must become again) the active coordinator.
+        self._owns_ddl = False
         self.coordinator_epoch = 0
         self._pending = Effects()
         self._last_flush = 0.0
@@ -69,10 +90,24 @@ class Coordinator(LoopRole):
     def _on_assign(self, partitions: list[tuple[str, int]]) -> None:
         if ("ddl", 0) not in partitions or self.active:
             return
+        self._owns_ddl = True
+        try:
+            self._activate(rewind=False)  # a fresh assignment starts at the committed offset
+        except Exception as exc:  # inside poll: never raise; the next step tries again
+            log.warning("coordinator activation failed, retrying: %s", exc)
+            self._stand_by()
+
+    def _activate(self, *, rewind: bool) -> None:
+        if rewind:
+            # Records read while not active were not applied: read them again.
+            self._ddl.seek_to_committed()
         self.tasks = restore_catalog(self.settings)
         self.coordinator_epoch = self.clock.wall_ms()
-        self._producer = TypedProducer(self.settings, transactional_id=self.settings.group("coordinator"))
-        self._producer.init_transactions()
+        self._producer = TypedProducer(
+            self.settings, transactional_id=self.settings.group("coordinator"), txn_timeout_s=TXN_TIMEOUT_S
+        )
+        self._producer.init_transactions()  # also aborts a transaction a dropped producer left open
+        self._heartbeats.unassign("coordinator", [0])
         self._heartbeats.assign("coordinator", [0], from_beginning=False)
         self.active = True
         # Owners we have not heard from yet get a full timeout from now (seed 002 bootstrap).
@@ -85,19 +120,24 @@ class Coordinator(LoopRole):
         log.info("coordinator active (epoch %s) with %d tasks", self.coordinator_epoch, len(self.tasks))
 
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
-        if ("ddl", 0) not in partitions or not self.active:
+        if ("ddl", 0) not in partitions:
             return
-        self._stand_by()
+        self._owns_ddl = False
+        if self.active or self._producer is not None:
+            self._stand_by()
 
-    def _stand_by(self, *, fenced: bool = False) -> None:
+    def _stand_by(self) -> None:
         self.active = False
         self._pending = Effects()
-        self._heartbeats.unassign("coordinator", [0])
+        try:
+            self._heartbeats.unassign("coordinator", [0])
+        except Exception as exc:  # a local call; whatever it says, the next activation assigns afresh
+            log.info("coordinator: unassigning heartbeats: %s", exc)
         producer, self._producer = self._producer, None
-        if producer is not None and not fenced:
-            producer.close()
-        # A fenced producer is dropped unflushed: its transaction is void anyway, and librdkafka's
-        # flush on a fatally failed producer raises SystemError.
+        if producer is not None:
+            # Nothing to deliver: every transaction was committed, or is void (the next producer's
+            # init_transactions aborts it). Not flushed: the broker may be away.
+            producer.close(timeout_s=0)
         log.info("coordinator standing by")
 
     # -- loop -------------------------------------------------------------------------------------
@@ -114,21 +154,50 @@ class Coordinator(LoopRole):
         try:
             self._step(timeout_s)
         except BusError as exc:
-            if not self.active:
-                raise
-            if exc.fenced or exc.fatal:
+            if exc.fenced and (self.active or self._owns_ddl):
                 # Another coordinator took over (its transactional.id fenced ours): nothing of this
-                # transaction was applied. Stand by; the group revokes the DDL partition from us.
+                # transaction was applied. Stand by until the group gives us the partition again.
                 log.warning("coordinator fenced, standing by: %s", exc)
-                self._stand_by(fenced=True)
+                self._owns_ddl = False
+                self._stand_by()
                 return
-            # The transaction was aborted: redo from the last committed DDL offset. Heartbeat effects
-            # that were in it are derived again from the next heartbeats (self.tasks is unchanged).
-            log.warning("coordinator transaction failed, retrying from the committed DDL offset: %s", exc)
-            self._ddl.seek_to_committed()
+            self._start_over(exc)
+            raise
+        except Exception as exc:
+            self._start_over(exc)
+            raise
+
+    def _start_over(self, exc: Exception) -> None:
+        """After a failed transaction (or a bug): drop the producer and, while we hold the DDL
+        partition, activate again from the committed DDL offset on the next step (the loop backs off
+        first). Heartbeat effects that were in the transaction are derived again from the next ones."""
+        if self.active or self._producer is not None:
+            log.warning("coordinator starts over from the committed DDL offset: %s", exc)
+            self._stand_by()
+
+    def _poll_ddl(self, timeout_s: float) -> Message | None:
+        try:
+            return self._ddl.poll(timeout_s)  # drives the group: may call _on_assign / _on_revoke
+        except BusError as exc:
+            if not exc.fatal or exc.fenced:
+                raise
+        # librdkafka gave up on the group consumer (not a fence): stand by and join again.
+        log.warning("coordinator: the DDL consumer failed fatally; rebuilding it")
+        self._owns_ddl = False
+        self._stand_by()
+        try:
+            self._ddl.close()
+        except Exception as close_error:
+            log.info("coordinator: closing the failed consumer: %s", close_error)
+        self._ddl = TypedConsumer(self.settings, group_id=self.settings.group("coordinator"))
+        self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        return None
 
     def _step(self, timeout_s: float) -> None:
-        message = self._ddl.poll(timeout_s)
+        message = self._poll_ddl(timeout_s)
+        if self._owns_ddl and not self.active:
+            self._activate(rewind=True)
+            return  # the record polled above (if any) comes again from the committed offset
         if message is not None and self.active:
             self._apply_ddl(message)
         if not self.active:
@@ -138,10 +207,7 @@ class Coordinator(LoopRole):
             if heartbeat is None:
                 break
             if heartbeat.value is not None:
-                self._last_seen[heartbeat.value["worker_id"]] = self.clock.monotonic()
-                self._note_recoveries(heartbeat.value)
-                effects = handle_heartbeat(heartbeat.value, self._view(), self.context())
-                self._pending.merge(effects)
+                self._on_heartbeat(heartbeat)
         self._check_liveness()
         # Catalog-only updates (checkpoints, last runs) are batched; commands — an epoch raised for a
         # new owner, a restart — go out at once: a moved task waits for them (failover latency).
@@ -151,6 +217,18 @@ class Coordinator(LoopRole):
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()
+
+    def _on_heartbeat(self, message: Message) -> None:
+        heartbeat = message.value
+        assert heartbeat is not None
+        try:
+            self._last_seen[heartbeat["worker_id"]] = self.clock.monotonic()
+            self._note_recoveries(heartbeat)
+            effects = handle_heartbeat(heartbeat, self._view(), self.context())
+        except Exception:
+            log.exception("coordinator: skipping heartbeat %s@%d: %r", message.key, message.offset, heartbeat)
+            return
+        self._pending.merge(effects)
 
     def _note_recoveries(self, heartbeat: Record) -> None:
         for task_id in recovered_tasks(heartbeat, self._restarted_at):
@@ -190,15 +268,66 @@ class Coordinator(LoopRole):
         if self._pending:
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
-        effects = handle_ddl(message.value, self.tasks, self.context())
-        for result in effects.results:
-            if not result["accepted"]:
-                log.warning(
-                    "DDL %s refused: %s",
-                    message.value.get("sql") or message.value["action"],
-                    result["error"]["message"],
-                )
-        self._publish(effects, consume=self._ddl)
+        try:
+            effects = self._handle_ddl(message.value, self.tasks, self.context())
+            for result in effects.results:
+                if not result["accepted"]:
+                    log.warning(
+                        "DDL %s refused: %s",
+                        message.value.get("sql") or message.value.get("action"),
+                        result["error"]["message"],
+                    )
+            self._publish(effects, consume=self._ddl)
+        except BusError:
+            raise
+        except Exception as exc:  # a bug, or an effect that cannot be encoded: a poison record
+            log.exception(
+                "DDL %s[%d]@%d cannot be applied; dead-lettered",
+                message.topic,
+                message.partition,
+                message.offset,
+            )
+            self._dead_letter_ddl(message, f"{type(exc).__name__}: {exc}")
+
+    def _dead_letter_ddl(self, message: Message, reason: str) -> None:
+        """The poison record to the dlq, an error answer to its sender, and the offset past it — in one
+        transaction, so no coordinator (this one or a standby) trips over it again."""
+        producer = self._producer
+        assert producer is not None, "only the active coordinator publishes"
+        event_id = (message.value or {}).get("event_id")
+        result = None
+        if isinstance(event_id, str):
+            error = task_error(
+                ErrorCode.INVALID_CONFIG,
+                f"the coordinator could not apply this DDL: {reason}",
+                at_ms=self.clock.wall_ms(),
+            )
+            result = {
+                "event_id": event_id,
+                "task_id": None,
+                "accepted": False,
+                "error": error,
+                "at": error["at"],
+            }
+        producer.begin()
+        try:
+            producer.send_dead_letter(message, reason)
+            if result is not None:
+                producer.send("ddl.results", event_id, result)
+            producer.send_offsets(self._ddl)
+            producer.commit()
+        except BaseException:
+            self._abort(producer)
+            raise
+
+    def _abort(self, producer: TypedProducer) -> None:
+        """Abort in place when the broker is there (a record that could not be encoded); if even that
+        fails, the loop starts over with a new producer, whose init_transactions aborts this one."""
+        try:
+            producer.abort()
+        except BusError as exc:
+            log.warning("coordinator: abort failed: %s", exc)
+            self._stand_by()
 
     def _publish(self, effects: Effects, *, consume: TypedConsumer | None) -> None:
         producer = self._producer
@@ -222,8 +351,10 @@ class Coordinator(LoopRole):
             if consume is not None:
                 producer.send_offsets(consume)
             producer.commit()
+        except BusError:
+            raise  # the broker is away or the producer unusable: the loop starts over (see step)
         except BaseException:
-            producer.abort()
+            self._abort(producer)
             raise
         for task_id, task in effects.catalog.items():
             if task is None:
@@ -235,4 +366,4 @@ class Coordinator(LoopRole):
         self._ddl.close()
         self._heartbeats.close()
         if self._producer is not None:
-            self._producer.close()
+            self._producer.close(timeout_s=5.0)

@@ -196,6 +196,14 @@ class EmbeddedKafka:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
+    def kill(self) -> None:
+        """SIGKILL the broker's process group (kill -9: no controlled shutdown, no flush)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
     def __enter__(self) -> EmbeddedKafka:
         return self.start()
 

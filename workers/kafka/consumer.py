@@ -33,7 +33,15 @@ from workers.codec import Codec, DecodeError, get_codec
 from workers.config import Settings
 from workers.kafka.clients import lazy_consumer
 from workers.kafka.errors import BusError
-from workers.kafka.messages import Message
+from workers.kafka.messages import (
+    DLQ_TOPIC,
+    H_ERROR,
+    H_OFFSET,
+    H_PARTITION,
+    H_TOPIC,
+    Message,
+    dead_letter_headers,
+)
 from workers.kafka.producer import TypedProducer
 from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
 from workers.topics import logical_name, topic_spec
@@ -44,9 +52,7 @@ RebalanceCallback = Callable[[Partitions], None]
 _TP = tuple[str, int]  # (physical topic, partition)
 _RawCallback = Callable[[RawConsumer, list[TopicPartition]], None]
 
-DLQ_TOPIC = "dlq"
-H_ERROR = "mvs.error"
-H_TOPIC, H_PARTITION, H_OFFSET = "mvs.source.topic", "mvs.source.partition", "mvs.source.offset"
+__all__ = ["DLQ_TOPIC", "H_ERROR", "H_OFFSET", "H_PARTITION", "H_TOPIC", "Partitions", "TypedConsumer"]
 RawHeaders = list[tuple[str, str | bytes | None]]
 
 
@@ -258,12 +264,7 @@ class TypedConsumer:
 
     def _dead_letter(self, raw: RawMessage, reason: str) -> None:
         topic, partition, offset = str(raw.topic()), int(raw.partition() or 0), int(raw.offset() or 0)
-        headers = _raw_headers(raw) + [
-            (H_ERROR, reason.encode()),
-            (H_TOPIC, topic.encode()),
-            (H_PARTITION, str(partition).encode()),
-            (H_OFFSET, str(offset).encode()),
-        ]
+        headers = _raw_headers(raw) + list(dead_letter_headers(reason, topic, partition, offset))
         if self._dlq is None:
             self._dlq = TypedProducer(self.settings, codec=self._codec)
         try:

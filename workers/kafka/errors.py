@@ -23,13 +23,36 @@ TRANSIENT_CODES = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
-FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+FENCED_CODES = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.FENCED_INSTANCE_ID,
+    }
+)
+# Codes only an operator can fix: wrong credentials, missing ACLs, a topic nobody created. A role
+# exits on one of these only when it persists (see workers.role): right after `mvs topics apply` or an
+# ACL change a broker may still answer with them for a moment.
+MISCONFIG_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
 
 
 class BusError(RuntimeError):
     """A Kafka operation failed. ``retriable``: try again; ``abort_required``: abort the
     transaction and redo it; ``fatal``: this client is unusable (``fenced``: another instance
-    with the same transactional id took over)."""
+    with the same transactional id took over); ``misconfigured``: only an operator can fix it
+    (credentials, ACLs, a missing topic)."""
 
     def __init__(
         self,
@@ -40,6 +63,7 @@ class BusError(RuntimeError):
         abort_required: bool = False,
         fatal: bool = False,
         fenced: bool = False,
+        misconfigured: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -47,6 +71,7 @@ class BusError(RuntimeError):
         self.abort_required = abort_required
         self.fatal = fatal
         self.fenced = fenced
+        self.misconfigured = misconfigured
 
     @classmethod
     def from_kafka(cls, what: str, error: KafkaError | KafkaException | BaseException) -> BusError:
@@ -62,6 +87,7 @@ class BusError(RuntimeError):
             abort_required=err.txn_requires_abort(),
             fatal=err.fatal(),
             fenced=err.code() in FENCED_CODES,
+            misconfigured=err.code() in MISCONFIG_CODES,
         )
 
 

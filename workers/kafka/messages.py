@@ -7,6 +7,23 @@ from typing import Any
 
 _MASK = 0xFFFFFFFF
 
+# The dead-letter topic and the headers saying why and where a record came from.
+DLQ_TOPIC = "dlq"
+H_ERROR = "mvs.error"
+H_TOPIC, H_PARTITION, H_OFFSET = "mvs.source.topic", "mvs.source.partition", "mvs.source.offset"
+
+
+def dead_letter_headers(
+    reason: str, physical_topic: str, partition: int, offset: int
+) -> list[tuple[str, bytes]]:
+    """The headers a dead letter carries besides its own: why, and where it was read."""
+    return [
+        (H_ERROR, reason.encode()),
+        (H_TOPIC, physical_topic.encode()),
+        (H_PARTITION, str(partition).encode()),
+        (H_OFFSET, str(offset).encode()),
+    ]
+
 
 @dataclass(frozen=True)
 class Message:

@@ -10,6 +10,7 @@ from workers.sched.executor import BoundedExecutor
 from workers.sched.mailbox import BatchSystem, Fsm
 from workers.sched.retry import (
     CLIENT_RETRY,
+    LOOP_ERROR_RETRY,
     REFRESH_RETRY,
     RetryInterrupted,
     RetryPolicy,
@@ -21,6 +22,7 @@ from workers.sched.triggers import ON_CHANGE_POLL_S, next_refresh_due
 
 __all__ = [
     "CLIENT_RETRY",
+    "LOOP_ERROR_RETRY",
     "ON_CHANGE_POLL_S",
     "REFRESH_RETRY",
     "BatchSystem",

@@ -114,6 +114,12 @@ class SchedMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.loop_errors = Counter(
+            "mvs_loop_errors",
+            "Exceptions a role's loop survived (step() raised; logged with its traceback, backed off)",
+            ["role"],
+            registry=self.registry,
+        )
 
     def track_executor(self, executor: MeteredExecutor) -> None:
         """Export ``executor.metrics()`` under ``pool=executor.name`` (replaces one of that name)."""
@@ -136,6 +142,9 @@ class SchedMetrics:
 
     def record_skip(self, reason: str = "no_change") -> None:
         self.skipped.labels(reason).inc()
+
+    def record_loop_error(self, role: str) -> None:
+        self.loop_errors.labels(role).inc()
 
 
 _process_lock = threading.Lock()

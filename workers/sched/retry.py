@@ -113,6 +113,11 @@ _STATE_OWNER = tenacity.Retrying()
 REFRESH_RETRY = RetryPolicy("refresh")
 # Kafka admin / client calls: fast, short, bounded to roughly 10 s in total.
 CLIENT_RETRY = RetryPolicy("client", base_s=0.2, factor=2.0, cap_s=5.0, jitter_s=0.1, max_attempts=6)
+# A role's loop after step() raised (a bug, the bus away): 0.1 s, doubling, capped at 5 s, never giving
+# up; the count starts again after a good step. No jitter: one process, nothing to de-synchronise.
+LOOP_ERROR_RETRY = RetryPolicy(
+    "loop.error", base_s=0.1, factor=2.0, cap_s=5.0, jitter_s=0.0, max_attempts=None
+)
 
 
 def retrying(

@@ -15,18 +15,27 @@ shares an epoch with an old one that is still alive (a zombie: frozen, partition
 txnVersion (epoch first) skips whatever the old one commits after the new one did.
 
 The loop is ``step()``, run until a stop event; tests drive it step by step.
+
+Riding out the broker: nothing in ``step()`` waits for the broker. Run records wait in librdkafka
+(no local timeout) and are re-queued if a delivery fails anyway; a heartbeat is skipped while the
+previous one is undelivered, and the first one delivered after an outage is followed by a full
+snapshot (the coordinator takes a full one as the truth). Catalog reads (restore, reconcile,
+unanswered claims) are put off while the bus looks away and retried on a later step. The group
+session expires during a long outage: the partitions are lost (``_on_revoke``) and the consumer
+rejoins by itself when the broker is back. A producer librdkafka reports fatal is rebuilt.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.kafka.admin import configure_group
+from workers.kafka.producer import NEVER_TIME_OUT
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, partition_for
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
@@ -36,6 +45,7 @@ from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics, TaskGauges, process_metrics
 from workers.topics import topic_spec
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
+from workers.worker.outbox import Outbox
 from workers.worker.runner import Runner, SparkRunner
 
 log = logging.getLogger(__name__)
@@ -45,9 +55,14 @@ FULL_HEARTBEAT_EVERY_S = 10.0
 RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
 REVOKE_WAIT_S = 0.5  # how long a revocation waits for its cancelled runs before letting go
+# A heartbeat undelivered for this long means the broker is away: catalog reads wait for it to be back.
+BUS_SUSPECT_S = 3.0
+CATALOG_RETRY_S = 5.0  # a failed catalog read (reconcile) is tried again after this long
 
 
 class Manager(LoopRole):
+    role_name: ClassVar[str] = "worker"
+
     def __init__(
         self,
         settings: Settings,
@@ -79,10 +94,20 @@ class Manager(LoopRole):
         self.waiting: dict[str, tuple[Record, float]] = {}
         # Maintainers of revoked tasks whose cancelled run has not ended yet (see _on_revoke).
         self.draining: dict[str, Maintainer] = {}
-        self._outbox: deque[tuple[str, str, Record]] = deque()
+        # Dropped tasks whose cancelled run has not ended: their data goes when it has (see _remove);
+        # a task of the same id created meanwhile waits in _deferred until then.
+        self._drop_after_drain: dict[str, Record] = {}
+        self._deferred: dict[str, tuple[Record, int]] = {}
+        self._unrestored: set[int] = set()  # assigned partitions whose catalog read failed: retried
+        self._heartbeat_pending_since: float | None = None  # monotonic send time of an undelivered one
+        self._producer_failed = False  # librdkafka reported the producer fatal: rebuild it
+        self._outbox = Outbox(self.worker_id, on_fatal=self._producer_fatal)
         self._dirty: set[str] = set()
         self._removed: set[str] = set()
         self._lock = threading.Lock()
+        # A full snapshot at least every 10 s, and always well within the coordinator's heartbeat
+        # timeout (an idle worker sends nothing else), so a short timeout never restarts a live one.
+        self._full_every_s = min(FULL_HEARTBEAT_EVERY_S, settings.heartbeat_timeout_s / 3)
         self._last_heartbeat = float("-inf")
         self._last_full = float("-inf")
         self._last_reconcile = self.clock.monotonic()
@@ -92,12 +117,15 @@ class Manager(LoopRole):
         self.coordinator_epoch = 0
         self._commands = TypedConsumer(settings, group_id=settings.group("workers"))
         self._task_commands = TypedConsumer(settings, group_id=settings.group("workers.maintainer"))
-        self._producer = TypedProducer(settings)
+        self._producer = TypedProducer(settings, config=NEVER_TIME_OUT)
         # Prometheus (issue 4): the executor's counters and each owned task's lag / time to next
         # run, all read at scrape time.
         self.metrics = metrics if metrics is not None else process_metrics()
         self.metrics.track_executor(self.executor)
         self.metrics.track_tasks(self.worker_id, self._task_gauges)
+
+    def loop_metrics(self) -> SchedMetrics:
+        return self.metrics
 
     # -- ownership ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,26 +140,48 @@ class Manager(LoopRole):
         if not owned:
             return
         self.partitions.update(owned)
+        self._restore(owned)
+
+    def _restore(self, partitions: list[int]) -> None:
+        """Start the tasks of newly assigned partitions from the catalog, then read their per-task
+        commands; a read that fails (the broker went away) is retried on a later step."""
         began = self.clock.monotonic()
-        # One read of all the new partitions: restoring is on the failover path.
-        for task_id, task in restore_catalog(self.settings, owned).items():
-            self.add_task(task, partition_for(task_id, PARTITIONS))
-        self._task_commands.assign("maintainer", owned)
+        try:
+            # One read of all the new partitions: restoring is on the failover path.
+            catalog = restore_catalog(self.settings, partitions)
+        except BusError as exc:
+            log.warning("%s: restoring partitions %s failed, retrying: %s", self.worker_id, partitions, exc)
+            self._unrestored.update(partitions)
+            return
+        self._unrestored.difference_update(partitions)
+        for task_id, task in catalog.items():
+            self._add_task_safely(task, partition_for(task_id, PARTITIONS))
+        self._task_commands.assign("maintainer", partitions)
         self._full_requested = True
         log.info(
             "%s assigned partitions %s: %d tasks, %d waiting for a new epoch (restored in %.0f ms)",
             self.worker_id,
-            owned,
+            partitions,
             len(self.owned),
             len(self.waiting),
             (self.clock.monotonic() - began) * 1000,
         )
+
+    def _add_task_safely(self, task: Record, partition: int) -> None:
+        """``add_task`` for a record from the bus: one that makes it raise is logged and skipped."""
+        try:
+            self.add_task(task, partition)
+        except Exception:
+            log.exception("%s: skipping a task record that cannot be started: %r", self.worker_id, task)
 
     def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         lost = {p for topic, p in partitions if topic == "manager"}
         if not lost:
             return
         self.partitions -= lost
+        self._unrestored -= lost
+        for task_id in [t for t, (_, p) in self._deferred.items() if p in lost]:
+            del self._deferred[task_id]
         leaving = [task_id for task_id, p in self.partition_of.items() if p in lost]
         for task_id in [t for t in self.waiting if partition_for(t, PARTITIONS) in lost]:
             del self.waiting[task_id]
@@ -179,6 +229,10 @@ class Manager(LoopRole):
 
     def add_task(self, task: Record, partition: int) -> None:
         task_id = task["task_id"]
+        if task_id in self._drop_after_drain:
+            # Dropped, and its cancelled run has not ended: the new task starts once the old data is gone.
+            self._deferred[task_id] = (task, partition)
+            return
         if self.draining.pop(task_id, None) is not None:
             self.maintainers.unregister(task_id)  # back here: the old run's outcome no longer matters
         existing = self.owned.get(task_id)
@@ -205,15 +259,11 @@ class Manager(LoopRole):
         self.maintainers.register(task["task_id"], maintainer)
         self._mark_dirty(task["task_id"])
 
-    def _await_run_end(self, task_id: str) -> None:
-        """Wait for a stopped task's run to end and deliver its outcome (history records it)."""
-        if not self.executor.wait_idle(task_id, STOP_RUN_TIMEOUT_S):
-            log.warning("%s: run still going %ss after cancellation", task_id, STOP_RUN_TIMEOUT_S)
-        if not self._pollers:
-            self.maintainers.run_pending()
-
     def _remove(self, task_id: str, *, drop_data: bool) -> None:
-        """Stop a task's maintainer for good (a dropped task); its run is cancelled and awaited."""
+        """Stop a task's maintainer for good (a dropped task). Never waits: a cancelled run that has
+        not ended drains in the background (its outcome is still recorded), and the task's data is
+        dropped once it has ended (``_reap_drained``), so no run writes the table after the drop."""
+        self._deferred.pop(task_id, None)
         waiting = self.waiting.pop(task_id, None)
         if waiting is not None and drop_data:
             self.runner.drop(waiting[0])
@@ -225,12 +275,16 @@ class Manager(LoopRole):
                     self._dirty.discard(task_id)
             return
         self._stop(task_id)
-        self._await_run_end(task_id)
-        if drop_data:
-            self.runner.drop(maintainer.task)
         self.owned.pop(task_id, None)
         self.partition_of.pop(task_id, None)
-        self.maintainers.unregister(task_id)
+        if maintainer.running is not None:
+            self.draining[task_id] = maintainer
+            if drop_data:
+                self._drop_after_drain[task_id] = maintainer.task
+        else:
+            self.maintainers.unregister(task_id)
+            if drop_data:
+                self.runner.drop(maintainer.task)
         with self._lock:
             self._removed.add(task_id)
             self._dirty.discard(task_id)
@@ -242,6 +296,21 @@ class Manager(LoopRole):
                 self.maintainers.run_pending()
 
     # -- commands ----------------------------------------------------------------------------------
+    def _handle_command(self, message: Message, handler: Callable[[Message], None]) -> None:
+        """A command whatever its producer wrote: one that makes its handler raise is logged and
+        skipped (the loop goes on; the catalog, reconciled every RECONCILE_EVERY_S, is the truth)."""
+        try:
+            handler(message)
+        except Exception:
+            log.exception(
+                "%s: skipping %s[%d]@%d: %r",
+                self.worker_id,
+                message.topic,
+                message.partition,
+                message.offset,
+                message.value,
+            )
+
     def _on_manager_command(self, message: Message) -> None:
         command = message.value
         if command is None:
@@ -274,22 +343,41 @@ class Manager(LoopRole):
 
     # -- outbox and heartbeats ---------------------------------------------------------------------
     def _enqueue(self, topic: str, key: str, record: Record) -> None:
-        with self._lock:
-            self._outbox.append((topic, key, record))
+        self._outbox.put(topic, key, record)
 
     def _mark_dirty(self, task_id: str) -> None:
         with self._lock:
             self._dirty.add(task_id)
 
     def _publish_outbox(self) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    break
-                topic, key, record = self._outbox.popleft()
-            self._producer.send(topic, key, record)
+        self._outbox.publish(self._producer)
+
+    def _producer_fatal(self) -> None:
+        self._producer_failed = True
+
+    def _heartbeat_delivered(self, error: BusError | None) -> None:
+        sent, self._heartbeat_pending_since = self._heartbeat_pending_since, None
+        if error is not None:
+            log.warning("%s: heartbeat not delivered: %s", self.worker_id, error)
+            self._producer_failed = self._producer_failed or error.fatal
+        outage = sent is not None and self.clock.monotonic() - sent >= BUS_SUSPECT_S
+        if error is not None or outage:
+            # Heartbeats were skipped or lost: the coordinator gets the whole truth next.
+            self._full_requested = True
+
+    def _bus_away(self) -> bool:
+        """A heartbeat has waited BUS_SUSPECT_S for the broker: reads would only block the loop."""
+        sent = self._heartbeat_pending_since
+        return sent is not None and self.clock.monotonic() - sent >= BUS_SUSPECT_S
 
     def _send_heartbeat(self, *, full: bool, removed: list[str] | None = None) -> None:
+        if self._heartbeat_pending_since is not None:
+            # The previous one is not delivered yet (the broker is away): skip this one; what changed
+            # stays marked, and a full one follows the delivery after an outage.
+            with self._lock:
+                self._removed.update(removed or [])
+            self._full_requested = self._full_requested or full
+            return
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             gone, self._removed = self._removed, set()
@@ -301,19 +389,27 @@ class Manager(LoopRole):
         gone |= set(removed or [])
         if not statuses and not gone and not full:
             return
-        self._producer.send(
-            "coordinator",
-            self.worker_id,
-            {
-                "worker_id": self.worker_id,
-                "sent_at": self.clock.wall_ms(),
-                "coordinator_epoch": self.coordinator_epoch,
-                "full": full,
-                "statuses": statuses,
-                "removed": sorted(gone),
-            },
-        )
-        self._producer.flush()
+        heartbeat = {
+            "worker_id": self.worker_id,
+            "sent_at": self.clock.wall_ms(),
+            "coordinator_epoch": self.coordinator_epoch,
+            "full": full,
+            "statuses": statuses,
+            "removed": sorted(gone),
+        }
+        # Pending before it is queued: its delivery report may be served inside send() already.
+        self._heartbeat_pending_since = self.clock.monotonic()
+        try:
+            self._producer.send(
+                "coordinator", self.worker_id, heartbeat, on_delivery=self._heartbeat_delivered
+            )
+        except BusError as exc:
+            self._heartbeat_pending_since = None
+            log.warning("%s: heartbeat skipped: %s", self.worker_id, exc)
+            with self._lock:
+                self._dirty.update(dirty)
+                self._removed.update(gone)
+            self._full_requested = True
 
     # -- loop --------------------------------------------------------------------------------------
     def step(self, timeout_s: float = 0.05) -> None:
@@ -321,22 +417,29 @@ class Manager(LoopRole):
         next_due = self.due.next_due()
         now = self.clock.monotonic()
         wait = timeout_s if next_due is None else max(0.0, min(timeout_s, next_due - now))
-        message = self._commands.poll(wait)
+        if self._producer_failed:
+            self._rebuild_producer()
+        self._producer.poll(0)  # delivery callbacks: heartbeats and run records acknowledged or failed
+        message = self._poll_commands(wait)
         if message is not None:
-            self._on_manager_command(message)
+            self._handle_command(message, self._on_manager_command)
             self._commit(self._commands, message)
         while (task_message := self._task_commands.poll(0)) is not None:
-            self._on_task_command(task_message)
+            self._handle_command(task_message, self._on_task_command)
             self._commit(self._task_commands, task_message)
-        self._start_unanswered_claims()
+        bus_away = self._bus_away()
+        if self._unrestored and not bus_away:
+            self._restore(sorted(self._unrestored))
+        if not bus_away:
+            self._start_unanswered_claims()
         self.tick()
         self._reap_drained()
         self._publish_outbox()
         now = self.clock.monotonic()
-        if now - self._last_reconcile >= RECONCILE_EVERY_S:
+        if now - self._last_reconcile >= RECONCILE_EVERY_S and not bus_away:
+            self._last_reconcile = now  # a failed read moves it (to retry sooner)
             self._reconcile()
-            self._last_reconcile = now
-        full = self._full_requested or now - self._last_full >= FULL_HEARTBEAT_EVERY_S
+        full = self._full_requested or now - self._last_full >= self._full_every_s
         if full or self._claim_now or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
             self._claim_now = False
             self._send_heartbeat(full=full)
@@ -361,6 +464,50 @@ class Manager(LoopRole):
             if maintainer.running is None:  # its outcome was handled (and recorded)
                 del self.draining[task_id]
                 self.maintainers.unregister(task_id)
+                dropped = self._drop_after_drain.pop(task_id, None)
+                if dropped is not None:
+                    self.runner.drop(dropped)
+                    log.info("%s: dropped after its cancelled run ended", task_id)
+                deferred = self._deferred.pop(task_id, None)
+                if deferred is not None:
+                    self._add_task_safely(*deferred)
+
+    def _poll_commands(self, wait_s: float) -> Message | None:
+        try:
+            return self._commands.poll(wait_s)
+        except BusError as exc:
+            if not exc.fatal or exc.fenced:
+                raise
+            self._rebuild_consumers(exc)
+            return None
+
+    def _rebuild_consumers(self, cause: BusError) -> None:
+        """librdkafka gave up on the group consumer (a fatal error, not a fence): let go of every
+        partition as if revoked, and join again with new consumers."""
+        log.warning("%s: the consumer failed fatally (%s); rebuilding it", self.worker_id, cause)
+        self._on_revoke([("manager", p) for p in sorted(self.partitions)])
+        for consumer in (self._commands, self._task_commands):
+            try:
+                consumer.close()
+            except Exception as exc:
+                log.info("%s: closing the failed consumer: %s", self.worker_id, exc)
+        self._commands = TypedConsumer(self.settings, group_id=self.settings.group("workers"))
+        self._task_commands = TypedConsumer(self.settings, group_id=self.settings.group("workers.maintainer"))
+        self._commands.subscribe(["manager"], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _rebuild_producer(self) -> None:
+        """librdkafka gave up on the producer (a fatal error, e.g. an idempotence sequence gap): a new
+        one takes over; the old one's failed records were re-queued by their delivery callbacks."""
+        log.warning("%s: the producer failed fatally; rebuilding it", self.worker_id)
+        old, self._producer = self._producer, TypedProducer(self.settings, config=NEVER_TIME_OUT)
+        self._producer_failed = False
+        self._heartbeat_pending_since = None
+        self._full_requested = True
+        try:
+            old.poll(0)  # the last delivery callbacks (re-queue what failed)
+        except Exception as exc:
+            log.info("%s: old producer: %s", self.worker_id, exc)
+        old.close(timeout_s=0)
 
     def _start_unanswered_claims(self) -> None:
         """Without an active coordinator nobody raises epochs: a claim unanswered for the heartbeat
@@ -371,7 +518,11 @@ class Manager(LoopRole):
         ]
         if not overdue:
             return
-        catalog = restore_catalog(self.settings, sorted({partition_for(t, PARTITIONS) for t in overdue}))
+        try:
+            catalog = restore_catalog(self.settings, sorted({partition_for(t, PARTITIONS) for t in overdue}))
+        except BusError as exc:
+            log.warning("%s: catalog read for unanswered claims failed, retrying: %s", self.worker_id, exc)
+            return
         for task_id in overdue:
             task, since = self.waiting[task_id]
             latest = catalog.get(task_id)
@@ -402,11 +553,16 @@ class Manager(LoopRole):
         owned = sorted(self.partitions)
         if not owned:
             return
-        catalog = restore_catalog(self.settings, owned)
+        try:
+            catalog = restore_catalog(self.settings, owned)
+        except BusError as exc:
+            log.warning("%s: reconcile put off: %s", self.worker_id, exc)
+            self._last_reconcile = self.clock.monotonic() - RECONCILE_EVERY_S + CATALOG_RETRY_S
+            return
         for task_id, task in catalog.items():
             current = self.owned.get(task_id)
             if current is None or task["epoch"] > current.task["epoch"]:
-                self.add_task(task, partition_for(task_id, PARTITIONS))
+                self._add_task_safely(task, partition_for(task_id, PARTITIONS))
         gone = [t for t in [*self.partition_of, *self.waiting] if t not in catalog]
         for task_id in gone:
             self._remove(task_id, drop_data=False)
@@ -422,8 +578,11 @@ class Manager(LoopRole):
         if self._pollers:
             self.maintainers.stop()
         self.maintainers.run_pending()  # the drained runs' outcomes, into the outbox
+        for dropped in self._drop_after_drain.values():
+            self.runner.drop(dropped)  # the runs have ended (or been given up on) by now
+        self._drop_after_drain.clear()
         self._publish_outbox()
-        self._producer.flush()
+        self._producer.close(timeout_s=STOP_RUN_TIMEOUT_S)  # best effort: the broker may be away
         self.metrics.untrack_tasks(self.worker_id)
         self.metrics.untrack_executor(self.executor)
 

@@ -1,0 +1,151 @@
+"""Issue 8, class 4: the fleet rides out a broker outage — real processes, a broker of the test's own.
+
+A coordinator and two workers (real ``mvs`` processes, each worker with its Spark JVM) keep two MVs
+over ``sales``: one COMPLETE EVERY 3 SECONDS, one FAST ON CHANGE. The broker is stopped — first with
+SIGTERM, then with kill -9 — for longer than the heartbeat timeout (and the group session), base
+rows are appended meanwhile, and the broker comes back on the same ports and data. Then every role
+process is still alive, each MV catches up to the new base version and equals its query, and every
+run that started has an end record (nothing lost). The recovery time (broker back → every MV
+current) is printed, not asserted.
+
+The broker is this test's own (``EmbeddedKafka`` on free ports): the session broker other tests use
+is never stopped.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import wait_until
+from tests.integration.fleet import step
+from tests.integration.processes import Fleet
+from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from workers.client import MvsClient
+from workers.config import Settings
+from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.jobs.tables import append, create_table
+from workers.kafka.typed import read_to_end
+from workers.warehouse import latest_version
+from workers.worker.runner import SPARK_READY
+
+pytestmark = pytest.mark.integration
+
+HEARTBEAT_TIMEOUT_S = 8.0
+OUTAGE_S = 12.0  # > the heartbeat timeout and the group session (3 s): both expire
+BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
+BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
+MVS = {"by_region": BY_REGION, "big": BIG}
+TERMINAL = {"COMPLETED", "SKIPPED", "ERROR", "CANCELED"}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
+    kafka = EmbeddedKafka(tmp_path / "kafka", port=free_port(), controller_port=free_port())
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> bool:
+    """The MV reports the latest version of ``sales`` and its table equals its query."""
+    task = client.tasks().get(f"mv:{name}")
+    if not task or task["checkpoint"].get("sales") != latest_version(settings, "sales"):
+        return False
+    return mv_rows(spark, settings, name) == query_rows(spark, settings, MVS[name])
+
+
+def unended_runs(settings: Settings, before_ms: int) -> list[str]:
+    """Runs that started before ``before_ms`` and have no end record in the runs topic."""
+    running: dict[str, dict[str, Any]] = {}
+    ended: set[str] = set()
+    for message in read_to_end(settings, "runs"):
+        record = message.value
+        if record is None:
+            continue
+        if record["state"] == "RUNNING":
+            running[record["run_id"]] = record
+        elif record["state"] in TERMINAL:
+            ended.add(record["run_id"])
+    return sorted(r for r, rec in running.items() if r not in ended and rec["started_at"] < before_ms)
+
+
+def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        bootstrap_servers=broker.bootstrap_servers,
+        embedded=False,
+        namespace=f"outage{uuid.uuid4().hex[:8]}",
+        warehouse=str(tmp_path / "warehouse"),
+        session_timeout_ms=3000,
+        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+    )
+    fleet = Fleet(settings, tmp_path / "logs")
+    client = MvsClient(settings, issued_by="test-outage")
+    try:
+        roles = [fleet.coordinator("c1"), fleet.worker("w1"), fleet.worker("w2")]
+        create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
+        for worker in roles[1:]:
+            wait_until(lambda w=worker: SPARK_READY in w.log(), timeout_s=240, what=f"{worker.name}'s Spark")
+        for sql in (
+            "CREATE MATERIALIZED VIEW LOG ON sales",
+            f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 3 SECONDS AS {BY_REGION}",
+            f"CREATE MATERIALIZED VIEW big REFRESH FAST ON CHANGE AS {BIG}",
+        ):
+            result = client.execute(sql, timeout_s=60)
+            assert result is not None and result["accepted"], (sql, result)
+        for name in MVS:
+            wait_until(
+                lambda n=name: mv_current(client, spark, settings, n), timeout_s=180, what=f"{name} built"
+            )
+        step("outage: fleet up, both MVs built")
+
+        next_id = 100
+        for how in ("SIGTERM", "kill -9"):
+            down_at = time.monotonic()
+            if how == "SIGTERM":
+                broker.stop()
+            else:
+                broker.kill()
+            step(f"outage: broker stopped ({how})")
+            append(spark, settings, "sales", rows(next_id, 5))  # the base moves on while the bus is away
+            next_id += 5
+            wait_until(
+                lambda t=down_at: time.monotonic() - t >= OUTAGE_S, timeout_s=OUTAGE_S + 5, what="the outage"
+            )
+            broker.start()
+            back_at = time.monotonic()
+            step(f"outage: broker back after {back_at - down_at:.1f}s ({how})")
+            dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
+            assert not dead, f"role processes died during the outage: {dead}\n{fleet.logs()}"
+            for name in MVS:
+                wait_until(
+                    lambda n=name: mv_current(client, spark, settings, n),
+                    timeout_s=240,
+                    what=f"{name} caught up after the broker came back ({how})",
+                )
+            recovery = time.monotonic() - back_at
+            step(
+                f"outage: RECOVERY ({how}): every MV current and equal to its query "
+                f"{recovery:.1f}s after the broker came back"
+            )
+            dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
+            assert not dead, f"role processes died after the outage: {dead}\n{fleet.logs()}"
+
+        # No run record lost: every run that started has its end record (runs go on: a deadline).
+        now_ms = int(time.time() * 1000)
+        wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=120, what="every started run ended")
+        for role in roles:  # what the loops survived (figures for the report, not assertions)
+            text = role.log()
+            survived = text.count("bus unavailable") + text.count("loop error")
+            step(f"outage: {role.name} survived {survived} failed loop turns; exit code so far: none (alive)")
+    except BaseException:
+        print(fleet.logs())
+        raise
+    finally:
+        client.close()
+        fleet.close()

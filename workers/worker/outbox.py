@@ -1,0 +1,68 @@
+"""The manager's outbox: records that must not be lost (run records) on their way to the bus.
+
+Maintainers put records in from any thread; the manager's loop hands them to the producer. A record
+leaves the outbox only once librdkafka has taken it (a full local queue keeps it here), and comes
+back if its delivery fails — so nothing is dropped while the broker is away. The producer keeps
+taken records until the broker acknowledges them (``NEVER_TIME_OUT``), so a delivery fails only when
+the broker refuses it (e.g. an ACL); the record is then sent again after those queued meanwhile, and
+may arrive after a later record of its run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from workers.kafka.typed import BusError, TypedProducer
+
+log = logging.getLogger(__name__)
+Record = dict[str, Any]
+
+
+class Outbox:
+    def __init__(self, owner: str, *, on_fatal: Callable[[], None]) -> None:
+        self.owner = owner  # for the log
+        self._on_fatal = on_fatal  # librdkafka gave up on the producer: the manager rebuilds it
+        self._records: deque[tuple[str, str, Record]] = deque()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def put(self, topic: str, key: str, record: Record) -> None:
+        """Queue a record for ``topic`` (any thread)."""
+        with self._lock:
+            self._records.append((topic, key, record))
+
+    def publish(self, producer: TypedProducer) -> None:
+        """Hand every queued record to ``producer``, oldest first, until it refuses one (loop thread)."""
+        while True:
+            with self._lock:
+                if not self._records:
+                    return
+                topic, key, record = self._records[0]  # other threads only append
+            try:
+                delivered = functools.partial(self._delivered, topic, key, record)
+                producer.send(topic, key, record, on_delivery=delivered)
+            except BusError as exc:
+                log.warning("%s: outbox kept (%d records): %s", self.owner, len(self), exc)
+                return
+            except Exception:  # a record that cannot be encoded is a bug: it must not block the rest
+                log.exception(
+                    "%s: dropping a record that cannot be sent to %s: %r", self.owner, topic, record
+                )
+            with self._lock:
+                self._records.popleft()
+
+    def _delivered(self, topic: str, key: str, record: Record, error: BusError | None) -> None:
+        if error is None:
+            return
+        log.warning("%s: delivery to %s failed, re-queued: %s", self.owner, topic, error)
+        self.put(topic, key, record)
+        if error.fatal:
+            self._on_fatal()
