@@ -181,6 +181,21 @@ def test_commands_with_unexpected_content_are_skipped() -> None:
     assert not commands.messages and set(m.owned) == {"mv:a"}
 
 
+def test_a_command_from_the_future_cannot_silence_the_real_coordinator() -> None:
+    m, _, commands, _ = manager()
+    task = own(m, "a")
+    forged = {"kind": "BOOTSTRAP", "task_id": "__bootstrap__/0", "epoch": 0, "task": None}
+    real_remove = {"kind": "REMOVE_MAINTAINER", "task_id": "mv:a", "epoch": task["epoch"] + 1, "task": None}
+    commands.messages = [
+        Message("manager", 0, 0, "k", {**forged, "coordinator_epoch": 2**62}, "io.mvs.ManagerCommand"),
+        Message("manager", 0, 1, "mv:a", {**real_remove, "coordinator_epoch": 2}, "io.mvs.ManagerCommand"),
+    ]
+    m.step(0)
+    m.step(0)
+    assert m.coordinator_epoch == 2, "the forged epoch was not taken"
+    assert "mv:a" not in m.owned, "the real coordinator's command still applies"
+
+
 def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     m, producer, commands, runner = manager()
     task = own(m, "slow")

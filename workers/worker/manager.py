@@ -55,6 +55,8 @@ FULL_HEARTBEAT_EVERY_S = 10.0
 RECONCILE_EVERY_S = 30.0
 STOP_RUN_TIMEOUT_S = 30.0
 REVOKE_WAIT_S = 0.5  # how long a revocation waits for its cancelled runs before letting go
+# Coordinator epochs are activation wall times; one further ahead than any clock skew is forged.
+MAX_CLOCK_SKEW_MS = 86_400_000
 # A heartbeat undelivered for this long means the broker is away: catalog reads wait for it to be back.
 BUS_SUSPECT_S = 3.0
 CATALOG_RETRY_S = 5.0  # a failed catalog read (reconcile) is tried again after this long
@@ -311,9 +313,18 @@ class Manager(LoopRole):
                 message.value,
             )
 
+    def _implausible(self, command: Record) -> bool:
+        """A coordinator epoch is the wall time (ms) its coordinator became active: one far in the
+        future is not a coordinator's (a forged or corrupt command). Accepting it would make every
+        real coordinator look older and silence it for good, so it is refused."""
+        if command["coordinator_epoch"] <= self.clock.wall_ms() + MAX_CLOCK_SKEW_MS:
+            return False
+        log.warning("%s: refusing a command from the future: %r", self.worker_id, command)
+        return True
+
     def _on_manager_command(self, message: Message) -> None:
         command = message.value
-        if command is None:
+        if command is None or self._implausible(command):
             return
         if command["coordinator_epoch"] < self.coordinator_epoch:
             log.info(
@@ -336,7 +347,11 @@ class Manager(LoopRole):
 
     def _on_task_command(self, message: Message) -> None:
         command = message.value
-        if command is None or command["coordinator_epoch"] < self.coordinator_epoch:
+        if (
+            command is None
+            or self._implausible(command)
+            or command["coordinator_epoch"] < self.coordinator_epoch
+        ):
             return
         if command["task_id"] in self.owned:
             self.maintainers.send(command["task_id"], Command(command))
