@@ -100,6 +100,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Se
         warehouse=str(Path(tmp_path_factory.mktemp("secure-warehouse"))),
         session_timeout_ms=3000,
         ddl_inbox=True,
+        owner_rule=True,  # only an MV's creator (or an admin) may change it
+        admin_principals=frozenset({"User:admin"}),
     )
     secured = Secured(broker, base)
     try:
@@ -158,6 +160,28 @@ def test_each_producer_is_named_by_its_own_inbox(secured: Secured) -> None:
         bob.close()
     entries = MvsClient(secured.as_user("operator")).ddl_history()
     assert [e["issued_by"] for e in entries if e["name"] == "no_such_view"] == ["User:bob"]
+
+
+def test_only_the_creator_may_change_her_mv_whatever_the_others_claim(secured: Secured) -> None:
+    alice = MvsClient(secured.as_user("alice"))
+    bob = MvsClient(secured.as_user("bob"), issued_by="User:alice")  # his claim is overridden
+    try:
+        created = alice.execute(
+            f"CREATE MATERIALIZED VIEW alices REFRESH COMPLETE ON DEMAND AS {BY_REGION}", timeout_s=90
+        )
+        assert created is not None and created["accepted"], created
+        for statement in ("DROP MATERIALIZED VIEW alices", "ALTER MATERIALIZED VIEW alices PAUSE"):
+            refused = bob.execute(statement, timeout_s=90)
+            assert refused is not None and not refused["accepted"], (statement, refused)
+            assert refused["error"]["code"] == 1001 and "permission denied" in refused["error"]["message"]
+        operator = MvsClient(secured.as_user("operator"))
+        assert "mv:alices" in operator.tasks()
+        operator.close()
+        dropped = alice.execute("DROP MATERIALIZED VIEW alices", timeout_s=90)
+        assert dropped is not None and dropped["accepted"], dropped
+    finally:
+        alice.close()
+        bob.close()
 
 
 def _refused(
