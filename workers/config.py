@@ -15,6 +15,8 @@ in docker compose, or against an existing cluster:
   the broker's group config for ``consumer``).
 - ``MVS_WORKER_ID``: this process's name in heartbeats and run history (default host-pid-random;
   must be unique per process: a new owner is recognised by a new id).
+- ``MVS_ALLOWED_FUNCTIONS``: comma-separated function names an MV query may call beyond the built-in
+  allow-list of ``workers.ddl.allowlist`` (e.g. a UDF the operator registered and trusts).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
         for key, value in env.items()
         if key.startswith(KAFKA_OPTION_PREFIX)
     }
+
+
+def allowed_functions_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``MVS_ALLOWED_FUNCTIONS`` as lower-case names (empty entries dropped)."""
+    raw = (os.environ if env is None else env).get("MVS_ALLOWED_FUNCTIONS", "")
+    return tuple(sorted({name.strip().lower() for name in raw.split(",") if name.strip()}))
 
 
 def default_worker_id() -> str:
@@ -69,6 +77,8 @@ class Settings:
     # Bounded executor: concurrent runs per worker process.
     max_concurrent_runs: int = 2
     run_timeout_s: float = 600.0
+    # Functions an MV query may call beyond the built-in allow-list (lower case), from the operator.
+    allowed_functions: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -85,6 +95,7 @@ class Settings:
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
+            allowed_functions=allowed_functions_from_env(env),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 
