@@ -39,7 +39,10 @@ _ALLOWED_NODES: frozenset[type[exp.Expr]] = frozenset(
         # names, literals, types
         exp.Identifier, exp.Column, exp.Star, exp.Alias, exp.Literal, exp.Boolean, exp.Null,
         exp.DataType, exp.DataTypeParam, exp.Interval, exp.Var, exp.HexString, exp.Paren,
+        exp.AtTimeZone, exp.FromTimeZone,
         exp.Bracket, exp.Dot, exp.Lambda, exp.PropertyEQ,
+        # a JSON path literal (get_json_object(s, '$.a[0]')) as sqlglot takes it apart
+        exp.JSONPath, *exp.JSONPathPart.__subclasses__(),
         # operators
         exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg, exp.DPipe,
         exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,

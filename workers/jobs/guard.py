@@ -85,7 +85,7 @@ def guarded_sql(
     (named like the base tables). Raises QueryRefused."""
     check_parsed(session, query, tables=tables, mv_name=mv_name, extra_functions=extra_functions)
     frame = session.sql(query)
-    _check_analyzed(session, frame, tables)
+    _check_analyzed(session, frame, tables, allowed_functions(extra_functions))
     return frame
 
 
@@ -128,7 +128,9 @@ def check_parsed(
         _check_relation(relation, wanted, ctes, mv_name)
 
 
-def _check_analyzed(session: SparkSession, frame: DataFrame, tables: Collection[str]) -> None:
+def _check_analyzed(
+    session: SparkSession, frame: DataFrame, tables: Collection[str], names: frozenset[str]
+) -> None:
     wanted = {t.lower() for t in tables}
     user_defined = _java_class(session, _USER_DEFINED)
     plan = frame._jdf.queryExecution().analyzed()  # noqa: SLF001
@@ -140,9 +142,12 @@ def _check_analyzed(session: SparkSession, frame: DataFrame, tables: Collection[
                 raise QueryRefused(f"the query reads {_view_name(node)}, which is not one of its base tables")
             if node.children().isEmpty() and name not in _LEAVES:
                 raise QueryRefused(f"the query reads from {name}; MVs read warehouse tables only")
-        elif name in _REFUSED_EXPRESSIONS or "UDF" in name or "UDAF" in name or user_defined.isInstance(node):
-            reason = _REFUSED_EXPRESSIONS.get(name, "user-defined functions are not allowed")
-            raise QueryRefused(f"{name}: {reason}")
+        elif name in _REFUSED_EXPRESSIONS:
+            raise QueryRefused(f"{name}: {_REFUSED_EXPRESSIONS[name]}")
+        elif "UDF" in name or "UDAF" in name or user_defined.isInstance(node):
+            udf = _udf_name(node)
+            if udf is None or udf.lower() not in names:  # only a UDF the operator allowed by name
+                raise QueryRefused(refusal(udf or name))
 
 
 def _walk(
@@ -202,10 +207,24 @@ def _check_relation(relation: str, wanted: set[str], ctes: set[str], mv_name: st
 
 def _parse_refusal(error: Exception) -> QueryRefused:
     text = str(error)
-    if "StackOverflowError" in text:
+    if "StackOverflowError" in text or "TOO_COMPLEX" in text:
         return QueryRefused("query nests too deeply (parentheses, subqueries or expressions)")
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
     return QueryRefused(f"Spark cannot parse the query: {first[:300]}")
+
+
+def _udf_name(node: Any) -> str | None:
+    """The registered name of a user-defined expression (PythonUDF ``name``, ScalaUDF ``udfName``)."""
+    for getter in ("name", "udfName"):
+        try:
+            value = getattr(node, getter)()
+        except Py4JError:
+            continue
+        if not isinstance(value, str):  # a Scala Option
+            value = value.getOrElse(None) if value is not None and not value.isEmpty() else None
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _items(seq: Any) -> Iterator[Any]:
