@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
+from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan
 from workers.ddl.query import analyze_query
 from workers.jobs import deltalog, groups, mvlog
@@ -39,6 +40,7 @@ from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
 from workers.jobs.errors import ChangesNotRetained, TableNotFound
+from workers.jobs.guard import QueryRefused
 from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, encode_user_metadata, txn_version
 from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_query
 
@@ -90,7 +92,11 @@ def choose_refresh(
     if mode not in ("FAST", "FORCE", "AUTO"):
         raise ValueError(f"unknown refresh mode {mode!r}")
     if plan is None:
-        return "COMPLETE", f"complete: fast refresh is not possible: {analyze_query(query).fast_reason}"
+        try:
+            why = analyze_query(query, settings.allowed_functions).fast_reason
+        except InvalidQueryError as error:  # a query from a producer that skipped the coordinator
+            raise QueryRefused(error.message) from error
+        return "COMPLETE", f"complete: fast refresh is not possible: {why}"
     try:
         state = _check(spark, settings, mv_name, plan)
         _check_schema(spark, settings, mv_name, query, plan, state)
