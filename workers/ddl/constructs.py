@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from workers.ddl.allowlist import allowed_functions, refusal
+from workers.ddl.allowlist import BUILTIN_FUNCTIONS, allowed_functions, refusal
 from workers.ddl.errors import InvalidQueryError
 
 DIALECT = "spark"
@@ -73,7 +73,7 @@ _REFUSED: dict[type[exp.Expr], str] = {
 def check_constructs(tree: exp.Query, extra_functions: Iterable[str] = ()) -> None:
     """Refuse (``InvalidQueryError``) the first node of ``tree`` that is not on the allow-lists."""
     names = allowed_functions(extra_functions)
-    typed = _typed_classes(names)
+    typed = _typed_classes(BUILTIN_FUNCTIONS) | _typed_classes(names - BUILTIN_FUNCTIONS)
     for node in tree.walk():
         if type(node) in _ALLOWED_NODES and not isinstance(node, exp.Dot):
             continue
@@ -105,9 +105,15 @@ def _generic_refusal(node: exp.Expr) -> str:
 @functools.cache
 def _typed_classes(names: frozenset[str]) -> frozenset[type[exp.Expr]]:
     """The sqlglot node classes that calls of ``names`` parse to (so ``lcase(x)`` and ``lower(x)`` both
-    allow ``exp.Lower``). Found by parsing a call of each name with 0 to 3 arguments, once."""
+    allow ``exp.Lower``): the class of the name's builder, else found by parsing a call of the name with
+    0 to 3 arguments; once per set of names."""
     found: set[type[exp.Expr]] = set()
+    builders = sqlglot.Dialect.get_or_raise(DIALECT).parser_class.FUNCTIONS
     for name in names:
+        owner = getattr(builders.get(name.upper()), "__self__", None)  # Func.from_arg_list: the class
+        if isinstance(owner, type) and issubclass(owner, exp.Func):
+            found.add(owner)
+            continue
         for args in ("a", "", "a, b", "a, b, c"):
             try:
                 select = sqlglot.parse_one(f"SELECT {name}({args})", dialect=DIALECT)
