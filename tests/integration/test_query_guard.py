@@ -167,10 +167,9 @@ def test_operator_allowed_udf_runs_and_others_do_not(spark: Any, sales: Settings
     assert sorted(r["doubled"] for r in tables.read_table(spark, allowed, "mv")) == [2, 4, 6, 8]
 
 
-def test_worker_session_cannot_read_files_by_path(spark: Any, sales: Settings, tmp_path: Path) -> None:
-    assert spark.conf.get("spark.sql.runSQLOnFiles") == "false"
+def test_run_sessions_cannot_read_files_by_path(spark: Any, sales: Settings, tmp_path: Path) -> None:
     assert spark.conf.get("spark.sql.variable.substitute") == "false"
-    session = run_session(spark)
+    session = run_session(spark)  # where every MV query runs
     assert session.conf.get("spark.sql.runSQLOnFiles") == "false"
     path = warehouse.table_path(sales, "sales")
     with pytest.raises(Exception, match="(?i)table or view|cannot be found|not found"):
