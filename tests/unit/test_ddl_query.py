@@ -142,7 +142,8 @@ def test_projection_plan() -> None:
             SelectItem("region", "Region", "region"),
         ),
         aggregates=(),
-        where="amount > 10 AND region <> 'x'",
+        where="s.amount > 10 AND region <> 'x'",  # the user's own text, as Spark will read it
+        qualifier="s",
     )
     assert not info.fast_refresh.needs_recompute_on_delete
 
@@ -181,6 +182,23 @@ def test_aggregate_plan() -> None:
         AggregateItem("MAX", "amount", "hi", True),
     )
     assert plan.needs_recompute_on_delete
+
+
+@pytest.mark.parametrize(
+    ("sql", "where"),
+    [
+        (
+            "SELECT a FROM t WHERE x = 'it''s' AND (b > 1) -- note\nGROUP BY a",
+            "x = 'it''s' AND (b > 1) -- note",
+        ),
+        ("(SELECT a, count(*) AS n FROM t WHERE a IN (1, 2) GROUP BY a)", "a IN (1, 2)"),
+        ("SELECT a FROM t WHERE a > 1;", "a > 1"),
+        ("SELECT a FROM t WHERE  a = 'GROUP BY'  ", "a = 'GROUP BY'"),
+    ],
+)
+def test_the_fast_where_is_the_users_text(sql: str, where: str) -> None:
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None and plan.where == where and plan.qualifier == "t"
 
 
 def test_global_aggregate_and_count_one() -> None:

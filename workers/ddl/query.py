@@ -99,7 +99,7 @@ def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> Que
         tables = base_table_nodes(tree)
         check_constructs(tree, extra)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
-        plan, reason = plan_fast_refresh(tree, base_tables)
+        plan, reason = plan_fast_refresh(tree, base_tables, sql)
         normalized = tree.sql(dialect=DIALECT)
     except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
         raise _too_deep() from error

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from workers.ddl.allowlist import allowed_functions, refusal
 from workers.jobs.errors import JobError
 
-__all__ = ["QueryRefused", "check_parsed", "guarded_sql"]
+__all__ = ["QueryRefused", "check_expression", "check_parsed", "guarded_sql"]
 
 _MAX_NODES = 50_000  # far above any real MV query; bounds the walk of a hostile one
 
@@ -110,22 +110,25 @@ def check_parsed(
     relations: list[str] = []
     ctes: set[str] = set()
     for node, kind, name in _walk(session, plan):
-        if kind == "plan":
-            _check_plan_node(node, name)
-            if name == "UnresolvedRelation":
-                relations.append(_dotted(node.multipartIdentifier()))
-            elif name == "UnresolvedWith":
-                ctes.update(_cte_names(node))
-        elif name == "UnresolvedFunction":
-            function = _dotted(node.nameParts())
-            if "." in function:
-                raise QueryRefused(f"qualified function name {function} is not allowed")
-            if function.lower() not in names:
-                raise QueryRefused(refusal(function))
-        elif name in _REFUSED_EXPRESSIONS:
-            raise QueryRefused(_REFUSED_EXPRESSIONS[name])
+        _check_node(node, kind, name, names)
+        if name == "UnresolvedRelation":
+            relations.append(_dotted(node.multipartIdentifier()))
+        elif name == "UnresolvedWith":
+            ctes.update(_cte_names(node))
     for relation in relations:
         _check_relation(relation, wanted, ctes, mv_name)
+
+
+def check_expression(session: SparkSession, text: str, *, extra_functions: Iterable[str] = ()) -> None:
+    """Check Spark's parse of one expression of an MV query (e.g. its WHERE, applied on its own)."""
+    names = allowed_functions(extra_functions)
+    jvm_session: Any = session._jsparkSession  # noqa: SLF001
+    try:
+        root = jvm_session.sessionState().sqlParser().parseExpression(text)
+    except (Py4JError, PySparkException) as error:
+        raise _parse_refusal(error) from error
+    for node, kind, name in _walk(session, root, kind="expression"):
+        _check_node(node, kind, name, names)
 
 
 def _check_analyzed(
@@ -151,13 +154,13 @@ def _check_analyzed(
 
 
 def _walk(
-    session: SparkSession, root: Any, stop_at_views: Collection[str] = ()
+    session: SparkSession, root: Any, stop_at_views: Collection[str] = (), kind: str = "plan"
 ) -> Iterator[tuple[Any, str, str]]:
     """(node, "plan" | "expression", simple class name) for every node under ``root``, depth first,
     into expressions, subquery plans, CTE definitions and WINDOW clauses; not below a temp ``View``
     whose name is in ``stop_at_views`` (the run's pinned base data, built by us)."""
     subquery = _java_class(session, _SUBQUERY)
-    stack: list[tuple[Any, str]] = [(root, "plan")]
+    stack: list[tuple[Any, str]] = [(root, kind)]
     seen = 0
     while stack:
         node, kind = stack.pop()
@@ -179,6 +182,20 @@ def _walk(
             stack.extend((child, "expression") for child in _items(node.children()))
             if subquery.isInstance(node):
                 stack.append((node.plan(), "plan"))
+
+
+def _check_node(node: Any, kind: str, name: str, names: frozenset[str]) -> None:
+    """One node of a parsed (unresolved) plan or expression."""
+    if kind == "plan":
+        _check_plan_node(node, name)
+    elif name == "UnresolvedFunction":
+        function = _dotted(node.nameParts())
+        if "." in function:
+            raise QueryRefused(f"qualified function name {function} is not allowed")
+        if function.lower() not in names:
+            raise QueryRefused(refusal(function))
+    elif name in _REFUSED_EXPRESSIONS:
+        raise QueryRefused(_REFUSED_EXPRESSIONS[name])
 
 
 def _check_plan_node(node: Any, name: str) -> None:

@@ -76,6 +76,12 @@ class Scope:
         self.views.add(base)
         return run_query(self.session, self.settings, query, {base: rows}, mv_name=self.mv_name)
 
+    def check_expression(self, text: str) -> None:
+        """Refuse (QueryRefused) an expression of the MV query that the guard would refuse."""
+        from workers.jobs.guard import check_expression
+
+        check_expression(self.session, text, extra_functions=self.settings.allowed_functions)
+
     def cache(self, frame: DataFrame) -> DataFrame:
         self.cached.append(frame.cache())
         return frame
@@ -209,6 +215,11 @@ def aggregate_merge(
     counts = {a.item.column: a for a in aggs if a.item.function == "COUNT" and a.item.column}
 
     # Change rows the WHERE drops still count as change rows (the run reports them) but touch nothing.
+    # The user's own WHERE text, as Spark reads it (checked by the guard like the whole query); the
+    # change rows are aliased by the name the query reads the table by, so qualified columns resolve.
+    if plan.where:
+        scope.check_expression(plan.where)
+        changes = changes.alias(plan.qualifier or plan.base_table)
     passes = F.coalesce(F.expr(plan.where), F.lit(False)) if plan.where else F.lit(True)
     sign = F.col(SIGN)
     pos, neg = passes & (sign > 0), passes & (sign < 0)
