@@ -13,7 +13,8 @@ import pytest
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.allowlist import BUILTIN_FUNCTIONS
-from workers.jobs import refresh, tables
+from workers.ddl.query import analyze_query
+from workers.jobs import mvlog, refresh, tables
 from workers.jobs.guard import QueryRefused
 from workers.jobs.incremental import refresh_with_mode
 from workers.jobs.session import run_session
@@ -193,3 +194,52 @@ def test_every_allowed_name_is_a_spark_builtin(spark: Any) -> None:
         names.add(str(iterator.next().funcName()).lower())
     assert BUILTIN_FUNCTIONS - names == set()
     assert not {"reflect", "java_method", "try_reflect"} & BUILTIN_FUNCTIONS
+
+
+def test_fast_refresh_applies_the_where_as_spark_reads_it(spark: Any, local_settings: Settings) -> None:
+    """The incremental path filters change rows with the user's own WHERE text (qualified by the
+    table's alias, with quote-doubling Spark reads as adjacent literals: 'it''s' is 'its')."""
+    s = local_settings
+    row = {"arr": []}
+    tables.create_table(
+        spark,
+        s,
+        "sales",
+        [{**row, "id": 1, "amount": 1, "sales": "its"}, {**row, "id": 2, "amount": 2, "sales": "it's"}],
+        SCHEMA,
+    )
+    mvlog.create_mv_log(spark, s, "sales")
+    query = (
+        "SELECT sales, count(*) AS n, sum(amount) AS total FROM sales s "
+        "WHERE s.sales <> 'it''s' AND s.amount > 0 GROUP BY sales"
+    )
+    plan = analyze_query(query).fast_refresh
+    assert plan is not None and plan.where == "s.sales <> 'it''s' AND s.amount > 0"
+    common: dict[str, Any] = {
+        "mode": "FORCE",
+        "task_id": "mv:mv",
+        "mv_name": "mv",
+        "query": query,
+        "base_tables": ["sales"],
+        "plan": plan,
+        "epoch": 1,
+    }
+    assert refresh_with_mode(spark, s, run_id="r1", job_group="mv-r1", **common)[0] == "COMPLETE"
+    tables.append(
+        spark,
+        s,
+        "sales",
+        [{**row, "id": 3, "amount": 3, "sales": "its"}, {**row, "id": 4, "amount": 4, "sales": "it's"}],
+    )
+    kind, result = refresh_with_mode(spark, s, run_id="r2", job_group="mv-r2", **common)
+    assert kind == "FAST" and result.applied, result.message
+    session = run_session(spark)
+    version = result.watermark_after["sales"]
+    pinned = (
+        session.read.format("delta").option("versionAsOf", version).load(warehouse.table_path(s, "sales"))
+    )
+    pinned.createTempView("sales")
+    expected = sorted(tuple(r) for r in session.sql(query).collect())
+    assert (
+        sorted(tuple(r.values()) for r in tables.read_table(spark, s, "mv")) == expected == [("it's", 2, 6)]
+    )
