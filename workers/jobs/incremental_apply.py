@@ -27,6 +27,8 @@ from pyspark.sql.types import DataType, DecimalType, IntegralType, MapType, Stru
 
 from workers.config import Settings
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
+from workers.jobs.guard import check_expression
+from workers.jobs.refresh import run_query
 
 INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
@@ -71,15 +73,11 @@ class Scope:
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
         """The MV query, as written, over ``rows`` as its base table (a temp view named ``base``)."""
-        from workers.jobs.refresh import run_query  # refresh imports nothing of this module's users
-
         self.views.add(base)
         return run_query(self.session, self.settings, query, {base: rows}, mv_name=self.mv_name)
 
     def check_expression(self, text: str) -> None:
         """Refuse (QueryRefused) an expression of the MV query that the guard would refuse."""
-        from workers.jobs.guard import check_expression
-
         check_expression(self.session, text, extra_functions=self.settings.allowed_functions)
 
     def cache(self, frame: DataFrame) -> DataFrame:
