@@ -135,7 +135,7 @@ SAME_MEANING = [
     "SELECT s.id, t.sales FROM sales s JOIN sales t ON s.id = t.id + 1",
     # string escapes and backquoted, differently cased names
     "SELECT id FROM SALES WHERE `Sales` = 'a\\'b' OR `SALES` = 'a\\\\b'",
-    "SELECT `id` AS `the id`, upper(Sales) AS u FROM `sales`",
+    "SELECT `id` AS `The_Id`, upper(Sales) AS u FROM `sales`",
     "SELECT id, explode(arr) AS e FROM sales",
     "SELECT id, amount / 3 AS third, 7 DIV 2 AS q, 'it''s' AS lit FROM sales",
 ]
