@@ -24,6 +24,8 @@ in docker compose, or against an existing cluster:
   log), or an admin, may alter, pause, resume, cancel or drop it (``workers.catalog.owners``).
 - ``MVS_ADMIN_PRINCIPALS``: comma-separated principals exempt from the owner rule, e.g.
   ``User:admin,User:ops``.
+- ``MVS_ALLOWED_FUNCTIONS``: comma-separated function names an MV query may call beyond the built-in
+  allow-list of ``workers.ddl.allowlist`` (e.g. a UDF the operator registered and trusts).
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def allowed_functions_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``MVS_ALLOWED_FUNCTIONS`` as lower-case names (empty entries dropped)."""
+    names = _comma_list(os.environ if env is None else env, "MVS_ALLOWED_FUNCTIONS")
+    return tuple(sorted({name.lower() for name in names}))
+
+
+def _comma_list(env: Mapping[str, str], name: str) -> list[str]:
+    return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
 
 
 def default_worker_id() -> str:
@@ -87,6 +99,8 @@ class Settings:
     # The owner rule (coordinator): only a task's creator or an admin principal may change it.
     owner_rule: bool = False
     admin_principals: frozenset[str] = frozenset()
+    # Functions an MV query may call beyond the built-in allow-list (lower case), from the operator.
+    allowed_functions: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -106,9 +120,8 @@ class Settings:
             worker_id=env.get("MVS_WORKER_ID") or default_worker_id(),
             ddl_inbox=_flag(env, "MVS_DDL_INBOX"),
             owner_rule=_flag(env, "MVS_OWNER_RULE"),
-            admin_principals=frozenset(
-                p.strip() for p in env.get("MVS_ADMIN_PRINCIPALS", "").split(",") if p.strip()
-            ),
+            admin_principals=frozenset(_comma_list(env, "MVS_ADMIN_PRINCIPALS")),
+            allowed_functions=allowed_functions_from_env(env),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ import pytest
 
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl.query import analyze_query, rename_tables
+from workers.ddl.query import analyze_query
 from workers.jobs import incremental, mvlog, refresh, tables
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.metadata import EPOCH_SHIFT, txn_version
@@ -105,15 +105,10 @@ def _rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
 
 def _query_at(spark: Any, settings: Settings, query: str, version: int) -> list[tuple[Any, ...]]:
     """What refresh_complete computes at ``version`` (its query over the pinned base), unwritten."""
-    view = f"sales_at_{version}"
+    session = spark.newSession()  # its own temp views: `sales` here is the base at ``version``
     path = warehouse.table_path(settings, "sales")
-    spark.read.format("delta").option("versionAsOf", version).load(path).createOrReplaceTempView(view)
-    try:
-        return sorted(
-            (tuple(r) for r in spark.sql(rename_tables(query, {"sales": view})).collect()), key=repr
-        )
-    finally:
-        spark.catalog.dropTempView(view)
+    session.read.format("delta").option("versionAsOf", version).load(path).createTempView("sales")
+    return sorted((tuple(r) for r in session.sql(query).collect()), key=repr)
 
 
 def _assert_like_complete(spark: Any, settings: Settings, mv: str, query: str, version: int) -> None:

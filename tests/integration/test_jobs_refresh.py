@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ def _blocking_udf(started: Path) -> Any:
 
 
 def test_cancel_run_stops_the_running_job(spark: Any, local_settings: Settings, tmp_path: Path) -> None:
-    s = local_settings
+    s = replace(local_settings, allowed_functions=("mvs_test_block",))  # the operator allows the UDF
     tables.create_table(spark, s, "sales", [{"id": 1, "amount": 1}], SCHEMA)
     started = tmp_path / "started"
     spark.udf.register("mvs_test_block", _blocking_udf(started), "long")

@@ -11,7 +11,6 @@ from workers.ddl import (
     InvalidQueryError,
     SelectItem,
     analyze_query,
-    rename_tables,
 )
 
 # -- validation -------------------------------------------------------------------------------------
@@ -49,7 +48,7 @@ from workers.ddl import (
         ("garbage words here", "could not parse query: Invalid expression / Unexpected token near 'here'"),
         ("SELECT * FROM range(10)", "table-valued function RANGE(10) is not supported"),
         ("SELECT * FROM db.t", "qualified table name db.t is not supported"),
-        ("SELECT * FROM delta.`/tmp/t`", "qualified table name"),
+        ("SELECT * FROM delta.`/tmp/t`", "reading files by path (delta.`/tmp/t`) is not allowed"),
         ("SELECT * FROM `my-table`", "invalid table name 'my-table'"),
         ("WITH t AS (SELECT * FROM t) SELECT * FROM t", "CTE name 't' is also the name of a table"),
     ],
@@ -143,7 +142,8 @@ def test_projection_plan() -> None:
             SelectItem("region", "Region", "region"),
         ),
         aggregates=(),
-        where="amount > 10 AND region <> 'x'",
+        where="s.amount > 10 AND region <> 'x'",  # the user's own text, as Spark will read it
+        qualifier="s",
     )
     assert not info.fast_refresh.needs_recompute_on_delete
 
@@ -184,6 +184,23 @@ def test_aggregate_plan() -> None:
     assert plan.needs_recompute_on_delete
 
 
+@pytest.mark.parametrize(
+    ("sql", "where"),
+    [
+        (
+            "SELECT a FROM t WHERE x = 'it''s' AND (b > 1) -- note\nGROUP BY a",
+            "x = 'it''s' AND (b > 1) -- note",
+        ),
+        ("(SELECT a, count(*) AS n FROM t WHERE a IN (1, 2) GROUP BY a)", "a IN (1, 2)"),
+        ("SELECT a FROM t WHERE a > 1;", "a > 1"),
+        ("SELECT a FROM t WHERE  a = 'GROUP BY'  ", "a = 'GROUP BY'"),
+    ],
+)
+def test_the_fast_where_is_the_users_text(sql: str, where: str) -> None:
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None and plan.where == where and plan.qualifier == "t"
+
+
 def test_global_aggregate_and_count_one() -> None:
     plan = analyze_query("SELECT count(1) AS n, sum(x) AS total FROM t").fast_refresh
     assert plan is not None
@@ -209,8 +226,6 @@ def test_global_aggregate_and_count_one() -> None:
         ("SELECT a FROM t ORDER BY a", "ORDER BY is not supported"),
         ("SELECT a FROM t SORT BY a", "SORT BY is not supported"),
         ("SELECT a, row_number() OVER (ORDER BY a) AS rn FROM t", "window functions are not supported"),
-        ("SELECT a FROM t LATERAL VIEW explode(b) x AS y", "LATERAL VIEW is not supported"),
-        ("SELECT a FROM t VERSION AS OF 3", "time travel (VERSION/TIMESTAMP AS OF) is not supported"),
         ("SELECT a FROM t TABLESAMPLE (10 PERCENT)", "TABLESAMPLE is not supported"),
         ("SELECT a FROM t WHERE rand() < 0.1", "non-deterministic function RAND is not supported"),
         ("SELECT a, now() AS at FROM t", "non-deterministic function NOW is not supported"),
@@ -242,39 +257,3 @@ def test_not_fast_refreshable(sql: str, reason: str) -> None:
     info = analyze_query(sql)
     assert info.fast_refresh is None
     assert reason in info.fast_reason
-
-
-# -- rename_tables ----------------------------------------------------------------------------------
-
-
-def test_rename_keeps_aliases_and_adds_the_old_name_as_alias() -> None:
-    sql = "SELECT s.region, sales.amount FROM sales s JOIN sales ON s.id = sales.id"
-    assert rename_tables(sql, {"sales": "run_42_sales"}) == (
-        "SELECT s.region, sales.amount FROM run_42_sales AS s JOIN run_42_sales AS sales ON s.id = sales.id"
-    )
-
-
-def test_rename_unaliased_qualified_columns_still_resolve() -> None:
-    renamed = rename_tables("SELECT sales.amount FROM sales WHERE sales.amount > 0", {"SALES": "v1"})
-    assert renamed == "SELECT sales.amount FROM v1 AS sales WHERE sales.amount > 0"
-
-
-def test_rename_reaches_subqueries_but_not_ctes() -> None:
-    sql = "WITH a AS (SELECT * FROM t) SELECT * FROM a WHERE x IN (SELECT x FROM u)"
-    renamed = rename_tables(sql, {"t": "vt", "u": "vu", "a": "never"})
-    assert renamed == "WITH a AS (SELECT * FROM vt AS t) SELECT * FROM a WHERE x IN (SELECT x FROM vu AS u)"
-    assert analyze_query(renamed).base_tables == ("vt", "vu")
-
-
-def test_rename_leaves_unmapped_tables_and_accepts_qualified_targets() -> None:
-    renamed = rename_tables("SELECT * FROM t JOIN keep k ON t.id = k.id", {"t": "global_temp.run_t"})
-    assert renamed == "SELECT * FROM global_temp.run_t AS t JOIN keep AS k ON t.id = k.id"
-
-
-def test_rename_quotes_unusual_targets() -> None:
-    assert rename_tables("SELECT a FROM t", {"t": "`tmp-view`"}) == "SELECT a FROM `tmp-view` AS t"
-
-
-def test_rename_rejects_invalid_queries() -> None:
-    with pytest.raises(InvalidQueryError, match="found DELETE"):
-        rename_tables("DELETE FROM t", {"t": "u"})

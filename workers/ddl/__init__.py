@@ -6,7 +6,7 @@ This is the only package that imports sqlglot; everything else sees plain dicts 
 from workers.ddl.errors import DdlError, DdlSyntaxError, InvalidQueryError
 from workers.ddl.fast import AggregateItem, FastRefreshPlan, SelectItem
 from workers.ddl.parser import apply_alter, parse_statement
-from workers.ddl.query import QueryInfo, analyze_query, rename_tables
+from workers.ddl.query import QueryInfo, analyze_query
 
 __all__ = [
     "AggregateItem",
@@ -19,5 +19,4 @@ __all__ = [
     "analyze_query",
     "apply_alter",
     "parse_statement",
-    "rename_tables",
 ]

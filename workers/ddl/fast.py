@@ -14,10 +14,11 @@ Everything else is refused with a reason the user can act on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from sqlglot import exp
+import sqlglot
+from sqlglot import TokenType, exp
 
 DIALECT = "spark"
 
@@ -109,7 +110,8 @@ class FastRefreshPlan:
     """How to apply MV-log change rows of ``base_table`` to the MV (names lower case).
 
     ``items`` lists every output column in order (aggregates included, as SQL); ``aggregates`` repeats
-    the aggregate ones in structured form; ``where`` is the filter to apply to change rows.
+    the aggregate ones in structured form; ``where`` is the filter to apply to change rows (columns
+    may be qualified by ``qualifier``).
     """
 
     kind: FastKind
@@ -118,6 +120,10 @@ class FastRefreshPlan:
     items: tuple[SelectItem, ...]
     aggregates: tuple[AggregateItem, ...]
     where: str | None
+    # The name the query reads the table by (its alias, else its name), which qualified columns in
+    # ``where`` use. ``where`` is the user's own text of the WHERE condition (when the query text was
+    # given), so Spark reads it exactly as in the query, never a re-rendering.
+    qualifier: str = ""
 
     @property
     def needs_recompute_on_delete(self) -> bool:
@@ -128,12 +134,37 @@ class _NotEligible(Exception):
     pass
 
 
-def plan_fast_refresh(tree: exp.Query, base_tables: tuple[str, ...]) -> tuple[FastRefreshPlan | None, str]:
-    """The plan, or None and the reason (user-facing, completes "fast refresh is not possible: …")."""
+def plan_fast_refresh(
+    tree: exp.Query, base_tables: tuple[str, ...], sql: str | None = None
+) -> tuple[FastRefreshPlan | None, str]:
+    """The plan, or None and the reason (user-facing, completes "fast refresh is not possible: …").
+
+    ``sql`` is the text ``tree`` was parsed from: the plan's ``where`` is then cut from it verbatim.
+    """
     try:
-        return _plan(tree, base_tables), ""
+        plan = _plan(tree, base_tables)
     except _NotEligible as why:
         return None, str(why)
+    if sql is not None and plan.where is not None:
+        plan = replace(plan, where=_where_text(sql))
+    return plan, ""
+
+
+def _where_text(sql: str) -> str:
+    """The text of the (only) WHERE condition of an eligible query: after WHERE, up to its GROUP BY,
+    the parenthesis that closes the query, a ';' or the end."""
+    tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    start = next(i for i, t in enumerate(tokens) if t.token_type == TokenType.WHERE)
+    depth, end = 0, len(sql)
+    for token in tokens[start + 1 :]:
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        if depth < 0 or (depth == 0 and token.token_type in (TokenType.GROUP_BY, TokenType.SEMICOLON)):
+            end = token.start
+            break
+    return sql[tokens[start].end + 1 : end].strip()
 
 
 def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
@@ -161,7 +192,8 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
             raise _NotEligible(
                 _CLAUSE_MESSAGES.get(clause, f"{clause.upper()} on the table is not supported")
             )
-    select = _unqualified(select, {table.alias_or_name.lower(), table.name.lower()})
+    qualifier = table.alias_or_name
+    select = _unqualified(select, {qualifier.lower(), table.name.lower()})
     if select.find(exp.Window) is not None:
         raise _NotEligible("window functions are not supported")
     _check_deterministic(select)
@@ -171,10 +203,10 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
     where = select.args.get("where")
     where_sql = where.this.sql(dialect=DIALECT) if where is not None else None
     if select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions):
-        return _aggregate_plan(select, base_tables[0], where_sql)
+        return replace(_aggregate_plan(select, base_tables[0], where_sql), qualifier=qualifier)
     items = tuple(_projection_item(item) for item in select.expressions)
     _check_unique(items)
-    return FastRefreshPlan("projection", base_tables[0], (), items, (), where_sql)
+    return FastRefreshPlan("projection", base_tables[0], (), items, (), where_sql, qualifier)
 
 
 def _projection_item(item: exp.Expression) -> SelectItem:

@@ -8,7 +8,7 @@ watermarks) and *how* it may be refreshed (the fast-refresh plan, see ``workers.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sqlglot
@@ -16,6 +16,8 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from workers.config import allowed_functions_from_env
+from workers.ddl.constructs import check_constructs
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
 
@@ -60,6 +62,11 @@ _KEYWORD: dict[type[exp.Expr], str] = {
     exp.Values: "VALUES",
 }
 
+# Data source names Spark accepts in ``<format>.`<path>``` (runSQLOnFiles, off in the workers).
+_FILE_FORMATS = frozenset(
+    {"parquet", "orc", "json", "csv", "text", "avro", "delta", "binaryfile", "xml", "jdbc", "hive", "libsvm"}
+)
+
 # sqlglot puts reprs of its internals into messages; these turn them into words.
 _TOKEN_RE = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
 _MISSING_RE = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*?(\w+)'>")
@@ -79,45 +86,38 @@ class QueryInfo:
     fast_reason: str
 
 
-def analyze_query(sql: str) -> QueryInfo:
-    """Validate ``sql`` as one read-only SELECT and describe it; raises ``InvalidQueryError``."""
-    tree = parse_query(sql)
-    tables = base_table_nodes(tree)
-    base_tables = tuple(sorted({t.name.lower() for t in tables}))
-    plan, reason = plan_fast_refresh(tree, base_tables)
+def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> QueryInfo:
+    """Validate ``sql`` as one read-only SELECT that uses only allowed constructs and functions
+    (``workers.ddl.constructs``) and describe it; raises ``InvalidQueryError``.
+
+    ``extra_functions`` extends the function allow-list; None means the operator's
+    ``MVS_ALLOWED_FUNCTIONS`` from the environment (so every caller honours it unchanged).
+    """
+    extra = allowed_functions_from_env() if extra_functions is None else tuple(extra_functions)
+    try:
+        tree = parse_query(sql)
+        tables = base_table_nodes(tree)
+        check_constructs(tree, extra)
+        base_tables = tuple(sorted({t.name.lower() for t in tables}))
+        plan, reason = plan_fast_refresh(tree, base_tables, sql)
+        normalized = tree.sql(dialect=DIALECT)
+    except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
+        raise _too_deep() from error
     return QueryInfo(
-        base_tables=base_tables,
-        normalized_sql=tree.sql(dialect=DIALECT),
-        fast_refresh=plan,
-        fast_reason=reason,
+        base_tables=base_tables, normalized_sql=normalized, fast_refresh=plan, fast_reason=reason
     )
 
 
-def rename_tables(sql: str, mapping: Mapping[str, str]) -> str:
-    """Return ``sql`` (Spark dialect) with each base-table reference renamed per ``mapping``.
-
-    Keys match base-table names case-insensitively; values may be qualified (``global_temp.v``).
-    CTE references are left alone. An unaliased table keeps its old name as alias so that qualified
-    columns (``sales.amount``) still resolve; an existing alias (``FROM sales s``) is kept as is.
-    """
-    wanted = {key.lower(): value for key, value in mapping.items()}
-    tree = parse_query(sql)
-    for table in base_table_nodes(tree):
-        target = wanted.get(table.name.lower())
-        if target is None:
-            continue
-        new = exp.to_table(target, dialect=DIALECT)
-        if table.args.get("alias") is None:
-            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
-        for part in ("this", "db", "catalog"):
-            table.set(part, new.args.get(part))
-    return tree.sql(dialect=DIALECT)
+def _too_deep() -> InvalidQueryError:
+    return InvalidQueryError("query nests too deeply (parentheses, subqueries or expressions)")
 
 
 def parse_query(sql: str) -> exp.Query:
     """Parse ``sql`` into exactly one read-only query tree; raises ``InvalidQueryError``."""
     try:
         statements = sqlglot.parse(sql, dialect=DIALECT)
+    except RecursionError as error:
+        raise _too_deep() from error
     except ParseError as error:
         raise _parse_error(error, sql) from error
     except TokenError as error:
@@ -176,6 +176,11 @@ def _scope_base_tables(scope: Scope) -> list[exp.Table]:
                 f"table-valued function {table.this.sql(dialect=DIALECT)} is not supported; "
                 "materialized views read warehouse tables"
             )
+        if _is_path(table):
+            raise InvalidQueryError(
+                f"reading files by path ({table.sql(dialect=DIALECT)}) is not allowed; "
+                "materialized views read warehouse tables"
+            )
         if table.args.get("db") is not None or table.args.get("catalog") is not None:
             raise InvalidQueryError(
                 f"qualified table name {table.sql(dialect=DIALECT)} is not supported; "
@@ -188,6 +193,12 @@ def _scope_base_tables(scope: Scope) -> list[exp.Table]:
             )
         found.append(table)
     return found
+
+
+def _is_path(table: exp.Table) -> bool:
+    """``parquet.`/data```, ``delta.`s3://…```, ``json.`x```: Spark's "run SQL on files" syntax."""
+    qualifier = str(table.args["db"].name).lower() if table.args.get("db") is not None else ""
+    return qualifier in _FILE_FORMATS or any(c in table.name for c in "/:\\")
 
 
 def _statement_keyword(node: exp.Expr) -> str:

@@ -7,8 +7,9 @@ new watermark land in one Delta commit with the same ``userMetadata`` / ``txnApp
 ``txnVersion`` as ``refresh_complete``: a replay or a stale owner's commit is skipped by Delta.
 
 MERGE takes the idempotent-write id and ``userMetadata`` only from session confs, so every run
-works in its own child session (``spark.newSession()``: own SQL conf and temp views, same
-SparkContext, so the run's job group and cancellation still apply).
+works in its own session (``session.run_session``: own SQL conf and temp views, same SparkContext,
+so the run's job group and cancellation still apply). The MV query runs there as written, over temp
+views named like its base table (``refresh.run_query``).
 
 Fencing: an incremental result is only right on top of the MV content it was computed from. Within
 one epoch a task runs one refresh at a time; across epochs, a stale owner could still commit between
@@ -21,25 +22,27 @@ makes ours skipped, or fail as a concurrent transaction).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
+from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan
-from workers.ddl.query import analyze_query, rename_tables
+from workers.ddl.query import analyze_query
 from workers.jobs import deltalog, groups, mvlog
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
+from workers.jobs import session as session_module
 from workers.jobs.errors import ChangesNotRetained, TableNotFound
+from workers.jobs.guard import QueryRefused
 from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, encode_user_metadata, txn_version
-from workers.jobs.refresh import RefreshResult, read_watermark
+from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_query
 
 __all__ = ["FastRefreshNotPossible", "choose_refresh", "refresh_incremental", "refresh_with_mode"]
 
@@ -89,7 +92,11 @@ def choose_refresh(
     if mode not in ("FAST", "FORCE", "AUTO"):
         raise ValueError(f"unknown refresh mode {mode!r}")
     if plan is None:
-        return "COMPLETE", f"complete: fast refresh is not possible: {analyze_query(query).fast_reason}"
+        try:
+            why = analyze_query(query, settings.allowed_functions).fast_reason
+        except InvalidQueryError as error:  # a query from a producer that skipped the coordinator
+            raise QueryRefused(error.message) from error
+        return "COMPLETE", f"complete: fast refresh is not possible: {why}"
     try:
         state = _check(spark, settings, mv_name, plan)
         _check_schema(spark, settings, mv_name, query, plan, state)
@@ -129,7 +136,7 @@ def refresh_incremental(
             return _stale(state.watermark, epoch)  # Delta would skip this very commit: no work
         _check_schema(session, settings, mv_name, query, plan, state)
         groups.check_cancelled(job_group)
-        scope = apply.Scope(session)
+        scope = apply.Scope(session, settings, mv_name)
         try:
             changes, detail = _apply(scope, settings, task_id, mv_name, query, plan, epoch, run_id, state)
         finally:
@@ -208,14 +215,13 @@ def _check_schema(
     spark: SparkSession, settings: Settings, mv_name: str, query: str, plan: FastRefreshPlan, state: _State
 ) -> None:
     """The MV table must have exactly the query's columns (an ALTERed query needs a complete refresh)."""
-    mv_schema = _read(spark, settings, mv_name, state.mv_version).schema
-    view = f"__mvs_schema_{uuid.uuid4().hex}"
-    session = spark.newSession()  # analysis only; a private session keeps the view private
-    _read(session, settings, plan.base_table, state.until).createTempView(view)
+    mv_schema = read_at(spark, settings, mv_name, state.mv_version).schema
+    session = session_module.run_session(spark)  # analysis only; a private session keeps the view private
+    base = read_at(session, settings, plan.base_table, state.until)
     try:
-        wanted = session.sql(rename_tables(query, {plan.base_table: view})).schema
+        wanted = run_query(session, settings, query, {plan.base_table: base}, mv_name=mv_name).schema
     finally:
-        session.catalog.dropTempView(view)
+        session.catalog.dropTempView(plan.base_table)
     have = [(f.name, f.dataType.simpleString()) for f in mv_schema.fields]
     want = [(f.name, f.dataType.simpleString()) for f in wanted.fields]
     if have != want:
@@ -230,22 +236,15 @@ def _check_schema(
         )
 
 
-def _read(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
-    return (
-        spark.read.format("delta").option("versionAsOf", version).load(warehouse.table_path(settings, name))
-    )
-
-
 # ----------------------------------------------------------------------------------------- the run
 
 
 def _run_session(spark: SparkSession) -> SparkSession:
-    """A child session with the parent's SQL conf (time zone, ANSI…: results must match a complete
-    refresh run in the parent) but its own commit confs."""
-    child = spark.newSession()
-    for key, value in spark.conf.getAll.items():
-        if key not in _COMMIT_CONFS and child.conf.get(key, None) != value and child.conf.isModifiable(key):
-            child.conf.set(key, value)
+    """A run session (the parent's SQL conf: time zone, ANSI…: results must match a complete refresh)
+    with its own commit confs."""
+    child = session_module.run_session(spark)
+    for key in _COMMIT_CONFS:
+        child.conf.unset(key)
     # A run handles small data (change rows, affected groups; big sides are joined by broadcast):
     # without AQE each query is one job instead of one per stage (measured: half the jobs, and
     # 15-30% faster). Results do not depend on it.
@@ -300,7 +299,7 @@ def _apply(
     spec: apply.MergeSpec | None = None
     try:
         if plan.kind == "aggregate":
-            base_at_v = _read(session, settings, base, state.until)
+            base_at_v = read_at(session, settings, base, state.until)
             spec = apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
             rows = spec.change_rows
         else:

@@ -17,7 +17,6 @@ exact from what the MV shows plus the change rows, or else rewrite the affected 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -26,8 +25,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, IntegralType, MapType, StructType, VariantType
 
+from workers.config import Settings
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
-from workers.ddl.query import rename_tables
+from workers.jobs.guard import check_expression
+from workers.jobs.refresh import run_query
 
 INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
@@ -65,15 +66,19 @@ class Scope:
     """Temp views and cached frames of one run, released by ``close`` (views live in the run's session)."""
 
     session: SparkSession
-    views: list[str] = field(default_factory=list)
+    settings: Settings
+    mv_name: str
+    views: set[str] = field(default_factory=set)
     cached: list[DataFrame] = field(default_factory=list)
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
-        """The MV query with its base table replaced by ``rows``."""
-        view = f"{_P}{uuid.uuid4().hex}"
-        rows.createOrReplaceTempView(view)
-        self.views.append(view)
-        return self.session.sql(rename_tables(query, {base: view}))
+        """The MV query, as written, over ``rows`` as its base table (a temp view named ``base``)."""
+        self.views.add(base)
+        return run_query(self.session, self.settings, query, {base: rows}, mv_name=self.mv_name)
+
+    def check_expression(self, text: str) -> None:
+        """Refuse (QueryRefused) an expression of the MV query that the guard would refuse."""
+        check_expression(self.session, text, extra_functions=self.settings.allowed_functions)
 
     def cache(self, frame: DataFrame) -> DataFrame:
         self.cached.append(frame.cache())
@@ -208,6 +213,11 @@ def aggregate_merge(
     counts = {a.item.column: a for a in aggs if a.item.function == "COUNT" and a.item.column}
 
     # Change rows the WHERE drops still count as change rows (the run reports them) but touch nothing.
+    # The user's own WHERE text, as Spark reads it (checked by the guard like the whole query); the
+    # change rows are aliased by the name the query reads the table by, so qualified columns resolve.
+    if plan.where:
+        scope.check_expression(plan.where)
+        changes = changes.alias(plan.qualifier or plan.base_table)
     passes = F.coalesce(F.expr(plan.where), F.lit(False)) if plan.where else F.lit(True)
     sign = F.col(SIGN)
     pos, neg = passes & (sign > 0), passes & (sign < 0)

@@ -7,20 +7,19 @@ or stale-owner commit a no-op, so a run never needs a lock to be safe.
 
 from __future__ import annotations
 
-import re
 import shutil
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl.query import rename_tables
 from workers.jobs import deltalog, groups
+from workers.jobs import session as session_module
 from workers.jobs.errors import TableNotFound
 from workers.jobs.groups import cancel_run
+from workers.jobs.guard import guarded_sql
 from workers.jobs.metadata import (
     MvWatermark,
     decode_user_metadata,
@@ -36,8 +35,6 @@ __all__ = [
     "read_watermark",
     "refresh_complete",
 ]
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,11 @@ def refresh_complete(
     """Recompute ``query`` and overwrite MV table ``mv_name`` with it, idempotently.
 
     Every Spark job runs in the calling thread under ``job_group`` (``cancel_run`` stops it and
-    this raises RunCancelled). Raises TableNotFound when a base table is missing.
+    this raises RunCancelled). Raises TableNotFound when a base table is missing, QueryRefused
+    (``workers.jobs.guard``) when the query may not run.
+
+    The user's text runs unchanged in a session of the run's own, where each base table's name is a
+    temp view of that table at its pinned version (temp views shadow any catalog table of that name).
     """
     with groups.job_group(spark, job_group, f"complete refresh of {task_id} (run {run_id})"):
         before = read_watermark(spark, settings, mv_name)
@@ -84,14 +85,15 @@ def refresh_complete(
         # Pin every base at its version now: the result is exactly "query at these versions",
         # whatever commits land while it runs.
         watermark = _pin_versions(spark, settings, base_tables)
-        views = _register_views(spark, settings, run_id, watermark)
+        session = session_module.run_session(spark)
+        pinned = {base: read_at(session, settings, base, version) for base, version in watermark.items()}
         try:
+            frame = run_query(session, settings, query, pinned, mv_name=mv_name)
             groups.check_cancelled(job_group)
             version = txn_version(epoch, watermark)
             metadata = encode_user_metadata(task_id, epoch, run_id, watermark)
             (
-                spark.sql(rename_tables(query, views))
-                .write.format("delta")
+                frame.write.format("delta")
                 .mode("overwrite")
                 .option("overwriteSchema", "true")
                 .option("txnAppId", task_id)
@@ -100,8 +102,8 @@ def refresh_complete(
                 .save(warehouse.table_path(settings, mv_name))
             )
         finally:
-            for view in views.values():
-                spark.catalog.dropTempView(view)
+            for base in pinned:
+                session.catalog.dropTempView(base)
         return _result(spark, settings, mv_name, mv_version_before, before, watermark, epoch, run_id)
 
 
@@ -115,23 +117,23 @@ def _pin_versions(spark: SparkSession, settings: Settings, base_tables: Sequence
     return watermark
 
 
-def _register_views(
-    spark: SparkSession, settings: Settings, run_id: str, watermark: dict[str, int]
-) -> dict[str, str]:
-    """One temp view per base, named uniquely per run so concurrent runs in one session never clash."""
-    prefix = f"__mvs_{_UNSAFE.sub('_', run_id)}_{uuid.uuid4().hex[:8]}"
-    views: dict[str, str] = {}
-    try:
-        for base, version in watermark.items():
-            view = f"{prefix}_{_UNSAFE.sub('_', base)}"
-            reader = spark.read.format("delta").option("versionAsOf", version)
-            reader.load(warehouse.table_path(settings, base)).createTempView(view)
-            views[base] = view
-    except BaseException:
-        for view in views.values():
-            spark.catalog.dropTempView(view)
-        raise
-    return views
+def read_at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
+    """Table ``name`` as of ``version`` (Delta time travel by path)."""
+    reader = spark.read.format("delta").option("versionAsOf", version)
+    return reader.load(warehouse.table_path(settings, name))
+
+
+def run_query(
+    session: SparkSession, settings: Settings, query: str, tables: dict[str, DataFrame], *, mv_name: str
+) -> DataFrame:
+    """The MV ``query`` exactly as written, in ``session`` (a run's own, see ``run_session``), over
+    ``tables``: each registered as a temp view under its base table's name, replacing an earlier one
+    (a frame already returned keeps the data it was analyzed with). Checked first by the guard."""
+    for base, frame in tables.items():
+        frame.createOrReplaceTempView(base)
+    return guarded_sql(
+        session, query, tables=list(tables), mv_name=mv_name, extra_functions=settings.allowed_functions
+    )
 
 
 def _result(

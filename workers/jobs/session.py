@@ -57,6 +57,14 @@ def _build(settings: Settings) -> SparkSession:
         "spark.ui.showConsoleProgress": "false",
         # Delta's plans are wide; without this every first write logs a truncation warning.
         "spark.sql.debug.maxToStringFields": "200",
+        # MV queries are code from outside (workers.jobs.guard checks them too; these make the
+        # escapes impossible in Spark itself; ``run_session`` adds the per-session ones):
+        # no ${...} substitution: Spark parses exactly the text the user wrote (and no conf leaks in);
+        "spark.sql.variable.substitute": "false",
+        # no SQL scripting (procedural blocks, EXECUTE IMMEDIATE of built strings);
+        "spark.sql.scripting.enabled": "false",
+        # no Hive: no Hive UDFs, SerDes or persistent functions loading jars from a metastore.
+        "spark.sql.catalogImplementation": "in-memory",
     }
     if settings.spark_master.startswith("local"):
         # Everything in this process: loopback only (no hostname-resolution surprises on laptops
@@ -86,6 +94,24 @@ def get_spark(settings: Settings) -> SparkSession:
         if _session is None:
             _session = _build(settings)
         return _session
+
+
+# Set on every run session, where MV queries run: no ``parquet.`/path``` tables (a query reads the
+# views the run registered, never files by path). Not process-wide: the workers' own maintenance SQL
+# (``ALTER TABLE delta.`<path>` …`` in workers.jobs.mvlog) addresses tables by path.
+RUN_CONF = {"spark.sql.runSQLOnFiles": "false"}
+
+
+def run_session(spark: SparkSession) -> SparkSession:
+    """A session of one run's own: a clone of ``spark`` (same SQL conf and registered functions, e.g.
+    operator-allowed UDFs) whose temp views and conf changes stay private. It shares the SparkContext,
+    so the run's job group and cancellation work unchanged; it needs no closing (the JVM session is
+    collected with its last reference; the run drops the views it made)."""
+    jvm_session = spark._jsparkSession.cloneSession()  # noqa: SLF001 - not exposed in PySpark
+    session = SparkSession(spark.sparkContext, jvm_session)
+    for key, value in RUN_CONF.items():
+        session.conf.set(key, value)
+    return session
 
 
 def active_spark() -> SparkSession | None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
+from workers.ddl import DdlError
 from workers.ddl.fast import FastRefreshPlan
 from workers.ddl.query import analyze_query
 from workers.jobs.errors import JobError, RunCancelled, classify_failure
@@ -236,6 +237,8 @@ def _storage_errors() -> Iterator[None]:
         yield
     except (MvsError, RunCancelled):
         raise
+    except DdlError as exc:  # a query the allow-list refuses now (e.g. an entry from before it)
+        raise MvsError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
     except JobError as exc:
         raise MvsError(ErrorCode(exc.code), str(exc)) from exc
     except Exception as exc:

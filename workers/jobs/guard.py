@@ -1,0 +1,267 @@
+"""The worker's own check of an MV query, on Spark's plans, before it runs (defense in depth).
+
+The coordinator already refused anything outside the allow-list on sqlglot's reading of the text
+(``workers.ddl.constructs``). A worker must not rely on that: an event may come from another producer,
+and two parsers can read one text differently. So the text is read again by Spark's own parser, and
+only then run, and its analyzed plan is checked once more:
+
+1. parsed plan: only allow-listed plan nodes; every function call (``UnresolvedFunction``) a plain
+   name on the allow-list (``workers.ddl.allowlist`` plus ``Settings.allowed_functions``); every table
+   a plain name of a base table the run registered (or a CTE), never the MV's own table; no script
+   transforms, table-valued functions, lateral joins, time travel, ``IDENTIFIER()``, parameters.
+2. analyzed plan (what Spark will really execute, above the pinned base views): no reflection or
+   user-defined expression of any kind, no script transform, and no leaf but the run's views.
+
+A refusal is ``QueryRefused`` (code 1001, permanent). Plans are walked with an explicit stack, so a
+deeply nested query cannot overflow Python's stack either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+
+from workers.ddl.allowlist import allowed_functions, refusal
+from workers.jobs.errors import JobError
+
+__all__ = ["QueryRefused", "check_expression", "check_parsed", "guarded_sql"]
+
+_MAX_NODES = 50_000  # far above any real MV query; bounds the walk of a hostile one
+
+# Parsed (unresolved) and analyzed logical plan nodes a read-only MV query is made of (simple names).
+_PLAN_NODES = frozenset(
+    {
+        "Project", "Filter", "Aggregate", "Join", "Union", "Intersect", "Except", "Distinct",
+        "Deduplicate", "Sort", "GlobalLimit", "LocalLimit", "Offset", "Tail", "SubqueryAlias",
+        "UnresolvedRelation", "UnresolvedWith", "UnresolvedHaving", "WithWindowDefinition",
+        "UnresolvedHint", "ResolvedHint", "RepartitionByExpression", "Repartition", "Sample", "Pivot",
+        "Unpivot", "LocalRelation", "UnresolvedInlineTable", "ResolvedInlineTable",
+        "UnresolvedSubqueryColumnAliases", "OneRowRelation", "Window", "Expand", "WithCTE",
+        "CTERelationDef", "CTERelationRef", "View", "Generate",
+    }
+)  # fmt: skip
+# Leaves a query may end in (the analyzed plan is not walked below the run's own views).
+_LEAVES = frozenset({"View", "LocalRelation", "OneRowRelation", "CTERelationRef", "ResolvedInlineTable"})
+
+_REFUSED_PLANS = {
+    "ScriptTransformation": "script transforms (TRANSFORM ... USING) run a program: not allowed",
+    "UnresolvedTableValuedFunction": "table-valued functions are not allowed; MVs read warehouse tables",
+    "LateralJoin": "LATERAL subqueries and lateral table functions are not allowed",
+    "RelationTimeTravel": "time travel (VERSION/TIMESTAMP AS OF) is not allowed: runs read pinned versions",
+    "PlanWithUnresolvedIdentifier": "IDENTIFIER(...) is not allowed; name tables directly",
+}
+# Expressions refused wherever they appear (the analyzed names cover what the parser never creates).
+_REFUSED_EXPRESSIONS = {
+    "CallMethodViaReflection": "reflection calls Java code, which an MV query may not run",
+    "NamedParameter": "query parameters are not allowed",
+    "PosParameter": "query parameters are not allowed",
+    "UnresolvedTableValuedFunction": "table-valued functions are not allowed; MVs read warehouse tables",
+    "LateralSubquery": "LATERAL subqueries are not allowed",
+}
+_USER_DEFINED = "org.apache.spark.sql.catalyst.expressions.UserDefinedExpression"
+_SUBQUERY = "org.apache.spark.sql.catalyst.expressions.SubqueryExpression"
+
+
+class QueryRefused(JobError):
+    """The MV query uses something an MV may not run; permanent (the query must change)."""
+
+    code = 1001
+    retryable = False
+
+
+def guarded_sql(
+    session: SparkSession,
+    query: str,
+    *,
+    tables: Collection[str],
+    mv_name: str,
+    extra_functions: Iterable[str] = (),
+) -> DataFrame:
+    """``session.sql(query)`` after both checks; ``tables`` are the temp views the run registered
+    (named like the base tables). Raises QueryRefused."""
+    check_parsed(session, query, tables=tables, mv_name=mv_name, extra_functions=extra_functions)
+    frame = session.sql(query)
+    _check_analyzed(session, frame, tables, allowed_functions(extra_functions))
+    return frame
+
+
+def check_parsed(
+    session: SparkSession,
+    query: str,
+    *,
+    tables: Collection[str],
+    mv_name: str,
+    extra_functions: Iterable[str] = (),
+) -> None:
+    """Check Spark's parse of ``query`` (step 1 above); raises QueryRefused."""
+    names = allowed_functions(extra_functions)
+    wanted = {t.lower() for t in tables}
+    if mv_name.lower() in wanted:
+        raise QueryRefused(f"the query reads the MV's own table {mv_name}")
+    jvm_session: Any = session._jsparkSession  # noqa: SLF001 - Spark's parser has no Python API
+    try:
+        plan = jvm_session.sessionState().sqlParser().parsePlan(query)
+    except (Py4JError, PySparkException) as error:
+        raise _parse_refusal(error) from error
+    relations: list[str] = []
+    ctes: set[str] = set()
+    for node, kind, name in _walk(session, plan):
+        _check_node(node, kind, name, names)
+        if name == "UnresolvedRelation":
+            relations.append(_dotted(node.multipartIdentifier()))
+        elif name == "UnresolvedWith":
+            ctes.update(_cte_names(node))
+    for relation in relations:
+        _check_relation(relation, wanted, ctes, mv_name)
+
+
+def check_expression(session: SparkSession, text: str, *, extra_functions: Iterable[str] = ()) -> None:
+    """Check Spark's parse of one expression of an MV query (e.g. its WHERE, applied on its own)."""
+    names = allowed_functions(extra_functions)
+    jvm_session: Any = session._jsparkSession  # noqa: SLF001
+    try:
+        root = jvm_session.sessionState().sqlParser().parseExpression(text)
+    except (Py4JError, PySparkException) as error:
+        raise _parse_refusal(error) from error
+    for node, kind, name in _walk(session, root, kind="expression"):
+        _check_node(node, kind, name, names)
+
+
+def _check_analyzed(
+    session: SparkSession, frame: DataFrame, tables: Collection[str], names: frozenset[str]
+) -> None:
+    wanted = {t.lower() for t in tables}
+    user_defined = _java_class(session, _USER_DEFINED)
+    plan = frame._jdf.queryExecution().analyzed()  # noqa: SLF001
+    for node, kind, name in _walk(session, plan, stop_at_views=wanted):
+        if kind == "plan":
+            if name in _REFUSED_PLANS or name.endswith("ScriptTransformation"):
+                raise QueryRefused(_REFUSED_PLANS.get(name, _REFUSED_PLANS["ScriptTransformation"]))
+            if name == "View" and not (node.isTempView() and _view_name(node) in wanted):
+                raise QueryRefused(f"the query reads {_view_name(node)}, which is not one of its base tables")
+            if node.children().isEmpty() and name not in _LEAVES:
+                raise QueryRefused(f"the query reads from {name}; MVs read warehouse tables only")
+        elif name in _REFUSED_EXPRESSIONS:
+            raise QueryRefused(f"{name}: {_REFUSED_EXPRESSIONS[name]}")
+        elif "UDF" in name or "UDAF" in name or user_defined.isInstance(node):
+            udf = _udf_name(node)
+            if udf is None or udf.lower() not in names:  # only a UDF the operator allowed by name
+                raise QueryRefused(refusal(udf or name))
+
+
+def _walk(
+    session: SparkSession, root: Any, stop_at_views: Collection[str] = (), kind: str = "plan"
+) -> Iterator[tuple[Any, str, str]]:
+    """(node, "plan" | "expression", simple class name) for every node under ``root``, depth first,
+    into expressions, subquery plans, CTE definitions and WINDOW clauses; not below a temp ``View``
+    whose name is in ``stop_at_views`` (the run's pinned base data, built by us)."""
+    subquery = _java_class(session, _SUBQUERY)
+    stack: list[tuple[Any, str]] = [(root, kind)]
+    seen = 0
+    while stack:
+        node, kind = stack.pop()
+        seen += 1
+        if seen > _MAX_NODES:
+            raise QueryRefused("query is too large or nests too deeply")
+        name = str(node.getClass().getSimpleName())
+        yield node, kind, name
+        if kind == "plan":
+            if name == "View" and stop_at_views and _view_name(node) in stop_at_views:
+                continue
+            stack.extend((child, "plan") for child in _items(node.children()))
+            stack.extend((e, "expression") for e in _items(node.expressions()))
+            if name == "UnresolvedWith":
+                stack.extend((pair._2(), "plan") for pair in _items(node.cteRelations()))
+            elif name == "WithWindowDefinition":
+                stack.extend((spec, "expression") for spec in _items(node.windowDefinitions().values()))
+        else:
+            stack.extend((child, "expression") for child in _items(node.children()))
+            if subquery.isInstance(node):
+                stack.append((node.plan(), "plan"))
+
+
+def _check_node(node: Any, kind: str, name: str, names: frozenset[str]) -> None:
+    """One node of a parsed (unresolved) plan or expression."""
+    if kind == "plan":
+        _check_plan_node(node, name)
+    elif name == "UnresolvedFunction":
+        function = _dotted(node.nameParts())
+        if "." in function:
+            raise QueryRefused(f"qualified function name {function} is not allowed")
+        if function.lower() not in names:
+            raise QueryRefused(refusal(function))
+    elif name in _REFUSED_EXPRESSIONS:
+        raise QueryRefused(_REFUSED_EXPRESSIONS[name])
+
+
+def _check_plan_node(node: Any, name: str) -> None:
+    if name in _REFUSED_PLANS:
+        raise QueryRefused(_REFUSED_PLANS[name])
+    if name == "Generate":
+        raise QueryRefused(
+            "LATERAL VIEW is not allowed; call generators such as explode() in the SELECT list"
+        )
+    if name not in _PLAN_NODES:
+        raise QueryRefused(f"{name} is not allowed in an MV query")
+
+
+def _check_relation(relation: str, wanted: set[str], ctes: set[str], mv_name: str) -> None:
+    if "." in relation:
+        if "/" in relation or ":" in relation:
+            raise QueryRefused(
+                f"reading files by path ({relation}) is not allowed; MVs read warehouse tables"
+            )
+        raise QueryRefused(f"qualified table name {relation} is not allowed; name warehouse tables directly")
+    if relation.lower() == mv_name.lower():
+        raise QueryRefused(f"the query reads the MV's own table {mv_name}")
+    if relation.lower() not in wanted and relation.lower() not in ctes:
+        raise QueryRefused(f"the query reads {relation}, which is not one of its base tables")
+
+
+def _parse_refusal(error: Exception) -> QueryRefused:
+    text = str(error)
+    if "StackOverflowError" in text or "TOO_COMPLEX" in text:
+        return QueryRefused("query nests too deeply (parentheses, subqueries or expressions)")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return QueryRefused(f"Spark cannot parse the query: {first[:300]}")
+
+
+def _udf_name(node: Any) -> str | None:
+    """The registered name of a user-defined expression (PythonUDF ``name``, ScalaUDF ``udfName``)."""
+    for getter in ("name", "udfName"):
+        try:
+            value = getattr(node, getter)()
+        except Py4JError:
+            continue
+        if not isinstance(value, str):  # a Scala Option
+            value = value.getOrElse(None) if value is not None and not value.isEmpty() else None
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _items(seq: Any) -> Iterator[Any]:
+    """The elements of a Scala collection (py4j gives no Python iteration)."""
+    iterator = seq.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
+
+
+def _dotted(parts: Any) -> str:
+    return str(parts.mkString("."))
+
+
+def _cte_names(node: Any) -> set[str]:
+    return {str(pair._1()).lower() for pair in _items(node.cteRelations())}
+
+
+def _view_name(view: Any) -> str:
+    return str(view.desc().identifier().table()).lower()
+
+
+def _java_class(session: SparkSession, name: str) -> Any:
+    return session.sparkContext._jvm.java.lang.Class.forName(name)  # type: ignore[union-attr]  # noqa: SLF001
