@@ -22,6 +22,10 @@ from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
 
 DIALECT = "spark"
+# The coordinator analyses every query on its one loop thread, and sqlglot's time grows with the
+# text (~1 s at 110 KB on a small machine): a bound keeps any one DDL far below the group's
+# max.poll.interval, so no query can stall the control plane. Real MV queries are far shorter.
+MAX_QUERY_CHARS = 65_536
 
 # Same rule as names in the DDL grammar: base tables live at <warehouse>/<name> and get MV logs.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -114,6 +118,10 @@ def _too_deep() -> InvalidQueryError:
 
 def parse_query(sql: str) -> exp.Query:
     """Parse ``sql`` into exactly one read-only query tree; raises ``InvalidQueryError``."""
+    if len(sql) > MAX_QUERY_CHARS:
+        raise InvalidQueryError(
+            f"query is {len(sql)} characters long; at most {MAX_QUERY_CHARS} are accepted"
+        )
     try:
         statements = sqlglot.parse(sql, dialect=DIALECT)
     except RecursionError as error:
