@@ -74,6 +74,7 @@ def task_record(task_id: str, epoch: int = 1) -> dict[str, Any]:
         "next_run_at": None,
         "created_at": T0,
         "updated_at": T0,
+        "created_by": None,
     }
 
 

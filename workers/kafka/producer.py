@@ -189,7 +189,15 @@ class TypedProducer:
         producer = self._client.peek()
         if producer is None:
             return
-        remaining = producer.flush(timeout_s)
+        try:
+            remaining = producer.flush(timeout_s)
+        except SystemError as exc:
+            # librdkafka's flush on a producer that failed fatally (e.g. the broker refused an
+            # idempotent producer id: no WRITE anywhere) raises SystemError; the delivery errors say why.
+            with self._errors_lock:
+                errors, self._errors = self._errors, []
+            cause = str(errors[0]) if errors else f"{type(exc).__name__}: {exc}"
+            raise BusError(f"producer failed fatally: {cause}", fatal=True) from exc
         with self._errors_lock:
             errors, self._errors = self._errors, []
         if errors:
