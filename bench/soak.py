@@ -40,6 +40,7 @@ from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.ddl.parser import parse_statement
 from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.jobs.errors import is_write_conflict
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append, create_table, read_table
 from workers.kafka.typed import BusError, TypedProducer, read_to_end
@@ -115,6 +116,17 @@ class Soak:
         ]
 
     def change_base(self) -> None:
+        """Append or delete some rows, as a user's writer would: retrying a write conflict with
+        mvs's own commits to the base (enabling the change feed for the MV log)."""
+        for attempt in range(5):
+            try:
+                self._change_base()
+                return
+            except Exception as exc:
+                if not is_write_conflict(exc) or attempt == 4:
+                    raise
+
+    def _change_base(self) -> None:
         if self.rng.random() < 0.8:
             append(self.spark, self.settings, "sales", self._rows(self.next_id, self.rng.randint(1, 50)))
             self.next_id += 50

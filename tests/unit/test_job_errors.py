@@ -50,6 +50,12 @@ def test_a_wrapped_delta_conflict_is_a_write_conflict() -> None:
     assert is_write_conflict(Py4JLike(JavaThrowable("org.apache.spark.SparkException", conflict)))
 
 
+def test_a_concurrent_metadata_or_protocol_change_is_a_write_conflict() -> None:
+    # Enabling the change feed for an MV log (SET TBLPROPERTIES) under another writer's commit.
+    for name in ("MetadataChangedException", "ProtocolChangedException"):
+        assert is_write_conflict(Py4JLike(JavaThrowable(f"io.delta.exceptions.{name}")))
+
+
 def test_other_failures_are_not() -> None:
     assert not is_write_conflict(Py4JLike(JavaThrowable("java.io.FileNotFoundException")))
     assert not is_write_conflict(ValueError("no java side"))

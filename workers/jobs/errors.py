@@ -39,34 +39,26 @@ class RunCancelled(Exception):
 
 
 def is_write_conflict(exc: BaseException) -> bool:
-    """True for Delta's optimistic-concurrency conflicts (``Concurrent*Exception``): another writer
-    committed to the same table first. Recognised whether pyspark converted the Java exception to
-    ``delta.exceptions`` or left it a Py4JJavaError (then by the Java class names in its cause chain)."""
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-    )
+    """True for Delta's optimistic-concurrency conflicts (every ``DeltaConcurrentModificationException``:
+    ``Concurrent*Exception``, ``MetadataChangedException``, ``ProtocolChangedException``): another
+    writer committed to the same table first. Recognised whether pyspark converted the Java exception
+    to ``delta.exceptions`` or left it a Py4JJavaError (then by the Java class names in its cause chain)."""
+    from delta.exceptions import DeltaConcurrentModificationException
 
-    conflicts = (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-    )
-    if isinstance(exc, conflicts):
+    if isinstance(exc, DeltaConcurrentModificationException):
         return True
     java = getattr(exc, "java_exception", None)
     for _ in range(8):  # the conflict may be wrapped (e.g. in a SparkException)
         if java is None:
             return False
-        if ".Concurrent" in java.getClass().getName():
+        name = java.getClass().getName()
+        if any(kind in name for kind in _CONFLICT_CLASSES):
             return True
         java = java.getCause()
     return False
+
+
+_CONFLICT_CLASSES = (".Concurrent", ".MetadataChangedException", ".ProtocolChangedException")
 
 
 # -- what a Spark/Delta failure means --------------------------------------------------------------
