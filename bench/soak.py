@@ -220,9 +220,9 @@ class Soak:
         last_fault = time.monotonic()
         while time.monotonic() < deadline:
             roll = self.rng.random()
-            if roll < 0.55:
+            if roll < 0.5:
                 self.change_base()
-            elif roll < 0.85:
+            elif roll < 0.75:
                 self.churn_ddl()
             elif time.monotonic() - last_fault > 20:
                 print(
@@ -320,10 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     out = soak.outcome
-    rows = [
-        [kind, len(times), f"{percentile(times, 50):.1f}", f"{max(times):.1f}", out.unrecovered.get(kind, 0)]
-        for kind, times in sorted(out.faults.items())
-    ]
+    rows = []
+    for kind in sorted(set(out.faults) | set(out.unrecovered)):
+        times = out.faults.get(kind, [])
+        p50, top = (f"{percentile(times, 50):.1f}", f"{max(times):.1f}") if times else ("-", "-")
+        rows.append([kind, len(times) + out.unrecovered.get(kind, 0), p50, top, out.unrecovered.get(kind, 0)])
     figures.update(
         minutes=args.minutes,
         wall_s=round(time.monotonic() - began, 1),
@@ -331,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         base_commits=out.base_commits,
         ddl_sent=out.ddl_sent,
         ddl_flush_failed=out.ddl_undelivered,
-        faults={k: len(v) for k, v in out.faults.items()},
+        faults={
+            k: len(out.faults.get(k, [])) + out.unrecovered.get(k, 0) for k in {*out.faults, *out.unrecovered}
+        },
         recovery_max_s={k: round(max(v), 1) for k, v in out.faults.items()},
     )
     report(
