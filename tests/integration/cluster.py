@@ -13,6 +13,7 @@ from workers.client import MvsClient
 from workers.config import Settings
 from workers.coordinator.service import Coordinator
 from workers.kafka.admin import apply_topics
+from workers.role import LoopRole
 from workers.worker.manager import Manager
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ class Cluster:
         for role in [self.coordinator, *self.managers]:
             self._start(role)
 
-    def _start(self, role: Coordinator | Manager) -> None:
+    def _start(self, role: LoopRole) -> None:
         stop = threading.Event()
         thread = threading.Thread(target=role.run, args=(stop,), name=type(role).__name__, daemon=True)
         thread.start()
