@@ -23,6 +23,7 @@ from tests.integration.cluster import wait_until
 from tests.integration.fleet import Harness, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
+from workers.codec import get_codec
 from workers.config import Settings
 from workers.jobs.tables import create_table, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
@@ -60,17 +61,7 @@ QUERIES = [
     "",
     "SELECT " + "(" * 3000 + "1" + ")" * 3000 + " AS deep FROM sales",
 ]
-ACTIONS = [
-    "CREATE_MV",
-    "ALTER_MV",
-    "DROP_MV",
-    "CREATE_MV_LOG",
-    "DROP_MV_LOG",
-    "PAUSE",
-    "RESUME",
-    "REFRESH",
-    "CANCEL",
-]
+ACTIONS = get_codec().schema("io.mvs.DdlAction")["symbols"]  # every action a producer may write
 NAME = re.compile(r"[a-z_][a-z0-9_]*")
 TOPICS = ["ddl", "manager", "maintainer", "coordinator", "catalog"]
 

@@ -25,17 +25,7 @@ from workers.coordinator.handlers import Context, Effects, handle_ddl, handle_he
 
 Record = dict[str, Any]
 BASE_TABLES = frozenset({"sales", "orders"})
-ACTIONS = (
-    "CREATE_MV",
-    "ALTER_MV",
-    "DROP_MV",
-    "CREATE_MV_LOG",
-    "DROP_MV_LOG",
-    "PAUSE",
-    "RESUME",
-    "REFRESH",
-    "CANCEL",
-)
+ACTIONS = tuple(get_codec().schema("io.mvs.DdlAction")["symbols"])  # every action the schema allows
 PRINCIPALS = ("User:alice", "User:bob", "User:admin", "")
 VALID_NAMES = ("a", "b", "v", "by_region", "sales", "orders", "_x1", "v" * 128)
 ODD_NAMES = (
