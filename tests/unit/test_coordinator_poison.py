@@ -202,3 +202,17 @@ def test_a_fenced_coordinator_stands_by_until_the_group_assigns_it_again() -> No
     c._ddl = PollingDdl([], BusError("PRODUCER_FENCED", fatal=True, fenced=True))  # type: ignore[assignment]
     c.step(0)  # does not raise
     assert not c.active and c._producer is None and not c._owns_ddl
+
+
+def test_a_resume_starts_the_crash_count_over() -> None:
+    """A task FAILED after its owners went silent again and again, brought back by the user's RESUME,
+    is not failed again by the next single silent owner (only restarts in a row count)."""
+    c, _, consumer = coordinator(handle_ddl)
+    apply(c, consumer, ddl(0, "e0", "CREATE"))
+    c.tasks["mv:mv0"] = {**c.tasks["mv:mv0"], "state": "FAILED"}
+    c._restarts["mv:mv0"], c._restarted_at["mv:mv0"] = 3, 1
+    resume = ddl(1, "e1", "RESUME")
+    resume.value.update(action="RESUME", name="mv0", mv=None)  # type: ignore[union-attr]
+    apply(c, consumer, resume)
+    assert c.tasks["mv:mv0"]["state"] == "NORMAL"
+    assert "mv:mv0" not in c._restarts and "mv:mv0" not in c._restarted_at

@@ -20,7 +20,7 @@ be read, and is committed past in the same transaction: the next DDL is applied.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 from workers.catalog.errors import ErrorCode, task_error
@@ -231,7 +231,10 @@ class Coordinator(LoopRole):
         self._pending.merge(effects)
 
     def _note_recoveries(self, heartbeat: Record) -> None:
-        for task_id in recovered_tasks(heartbeat, self._restarted_at):
+        self._forget_restarts(recovered_tasks(heartbeat, self._restarted_at))
+
+    def _forget_restarts(self, task_ids: Iterable[str]) -> None:
+        for task_id in task_ids:
             self._restarts.pop(task_id, None)
             self._restarted_at.pop(task_id, None)
 
@@ -278,6 +281,9 @@ class Coordinator(LoopRole):
                         result["error"]["message"],
                     )
             self._publish(effects, consume=self._ddl)
+            # A user's RESUME / ALTER / DROP starts a task's crash count over: only silent owners in
+            # a row make it FAILED, not those before the user brought it back.
+            self._forget_restarts(effects.catalog)
         except BusError:
             raise
         except Exception as exc:  # a bug, or an effect that cannot be encoded: a poison record
