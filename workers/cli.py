@@ -169,7 +169,7 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 def _status_text(settings: Settings, args: argparse.Namespace) -> str:
     """The tasks table, then the live roles; what cannot be read (a group this principal may not
     describe, an unreadable warehouse) is one note under the tables, not a failure."""
-    from workers.client import Deadline
+    from workers.client import Deadline, MvsClientError
     from workers.kafka.admin import group_owners
     from workers.kafka.errors import BusError
     from workers.status import members_table, notes_text, status_table
@@ -199,7 +199,13 @@ def _status_text(settings: Settings, args: argparse.Namespace) -> str:
                 notes.append(note)
             return None
 
-    text = status_table(tasks, version) + "\n\n" + members_table(owners[0], owners[1], tasks)
+    loop_errors: dict[str, str | None] = {}
+    if owners[1]:
+        try:
+            loop_errors = client.loop_errors(timeout_s=deadline.remaining())
+        except MvsClientError as exc:
+            notes.append(f"loop errors: {exc}")
+    text = status_table(tasks, version) + "\n\n" + members_table(owners[0], owners[1], tasks, loop_errors)
     return text + notes_text(notes)
 
 

@@ -35,6 +35,7 @@ from workers.topics import TopicConfigError, ddl_topic
 Record = dict[str, Any]
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
+RECENT_HEARTBEATS = 2000  # enough to hold every live worker's newest heartbeat
 _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
 )
@@ -214,15 +215,21 @@ class MvsClient:
             "the statement was published and may still be applied)"
         )
 
-    def _read(self, topic: str, deadline: Deadline) -> list[Message]:
+    def _read(self, topic: str, deadline: Deadline, *, last: int | None = None) -> list[Message]:
         settings = self.connect(deadline, reads=[topic])
         with _bus_errors():
-            return read_to_end(settings, topic, timeout_s=deadline.remaining())
+            return read_to_end(settings, topic, timeout_s=deadline.remaining(), last=last)
 
     def tasks(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Record]:
         """The catalog: the live tasks (the last record per task id; a tombstone removes)."""
         messages = self._read("catalog", Deadline(timeout_s))
         return {key: m.value for key, m in latest_by_key(messages).items() if m.value is not None}
+
+    def loop_errors(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str | None]:
+        """Worker id → the last error its loop survived (None: none), from each worker's newest
+        heartbeat among the recent ones (workers heartbeat at least every few seconds)."""
+        messages = self._read("coordinator", Deadline(timeout_s), last=RECENT_HEARTBEATS)
+        return {key: (m.value or {}).get("loop_error") for key, m in latest_by_key(messages).items()}
 
     def history(
         self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_TIMEOUT_S

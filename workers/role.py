@@ -44,6 +44,12 @@ class LoopError:
     traceback: str
     consecutive: int  # failed turns in a row, this one included
 
+    def summary(self, limit: int = 300) -> str:
+        """One line for an operator: when (UTC), what, and how many turns in a row."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.at_ms / 1000))
+        text = f"{when}Z: {' '.join(self.message.split())} ({self.consecutive} in a row)"
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class LoopRole(ABC):
     role_name: ClassVar[str] = "role"  # the metric's label

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 Record = dict[str, Any]
@@ -99,17 +99,23 @@ def _ranges(partitions: Sequence[int]) -> str:
 
 
 def members_table(
-    coordinators: dict[str, list[int]], workers: dict[str, list[int]], tasks: dict[str, Record]
+    coordinators: dict[str, list[int]],
+    workers: dict[str, list[int]],
+    tasks: dict[str, Record],
+    loop_errors: Mapping[str, str | None] | None = None,
 ) -> str:
     """The live roles, from their consumer groups: the coordinator holding the DDL partition is the
-    active one; each worker with the manager partitions it holds and the tasks the catalog gives it."""
+    active one; each worker with the manager partitions it holds, the tasks the catalog gives it, and
+    the last error its loop survived (from its newest heartbeat)."""
+    errors = loop_errors or {}
     rows: list[list[object]] = []
     for name in sorted(coordinators):
-        rows.append(["coordinator", name, "active" if 0 in coordinators[name] else "standby", "-", "-"])
+        rows.append(["coordinator", name, "active" if 0 in coordinators[name] else "standby", "-", "-", "-"])
     for name in sorted(workers):
         owned = sum(1 for task in tasks.values() if task.get("owner") == name)
-        rows.append(["worker", name, "member", _ranges(workers[name]), owned])
-    return table(["ROLE", "NAME", "STATE", "PARTITIONS", "TASKS"], rows) if rows else "no live roles"
+        rows.append(["worker", name, "member", _ranges(workers[name]), owned, errors.get(name) or "-"])
+    headers = ["ROLE", "NAME", "STATE", "PARTITIONS", "TASKS", "LAST LOOP ERROR"]
+    return table(headers, rows) if rows else "no live roles"
 
 
 def history_table(runs: list[Record]) -> str:

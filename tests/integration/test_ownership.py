@@ -45,19 +45,38 @@ def test_two_workers_each_task_owned_by_exactly_one(
                 partition = partition_for(task_id, topic_spec("manager").partitions)
                 assert manager.partition_of[task_id] == partition
 
-        # `mvs status` shows the live roles: the active coordinator, and each worker's partitions
-        # and task count, as the group and the catalog say.
+        # A bug in one turn of worker-1's loop: survived, and reported in its heartbeats.
+        broken, tick = cluster.managers[1], cluster.managers[1].tick
+        turns = iter([True])
+
+        def tick_with_a_bug_once() -> int:
+            if next(turns, False):
+                raise RuntimeError("injected loop bug")
+            return tick()
+
+        monkeypatch.setattr(broken, "tick", tick_with_a_bug_once)
+        wait_until(
+            lambda: "RuntimeError: injected loop bug" in (cluster.client.loop_errors().get("worker-1") or ""),
+            timeout_s=30,
+            what="worker-1's survived loop error in its heartbeat",
+        )
+
+        # `mvs status` shows the live roles: the active coordinator, and each worker's partitions,
+        # task count and last loop error, as the group, the catalog and the heartbeats say.
         monkeypatch.setenv("MVS_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
         monkeypatch.setenv("MVS_NAMESPACE", settings.namespace)
         monkeypatch.setenv("MVS_WAREHOUSE", settings.warehouse)
         assert cli_main(["status"]) == 0
         roles = [line.split() for line in capsys.readouterr().out.splitlines()]
-        assert ["coordinator", cluster.coordinator.settings.worker_id, "active", "-", "-"] in roles
+        assert ["coordinator", cluster.coordinator.settings.worker_id, "active", "-", "-", "-"] in roles
         for index, manager in enumerate(cluster.managers):
             held = ",".join(str(p) for p in sorted(manager.partitions))
             row = next(r for r in roles if r[:2] == ["worker", f"worker-{index}"])
             expanded = [str(p) for part in row[3].split(",") for p in _expand(part)]
             assert ",".join(expanded) == held and row[4] == str(len(owned[index]))
+            loop_error = " ".join(row[5:])
+            assert ("RuntimeError: injected loop bug" in loop_error) == (index == 1), loop_error
+        assert all(t.is_alive() for t in cluster._threads), "the loop survived its bug"
     finally:
         cluster.close()
 

@@ -123,5 +123,5 @@ def test_status_notes_what_it_may_not_read_under_the_tables(
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0] == "no tasks"
-    assert ["coordinator", "c1", "active", "-", "-"] in [line.split() for line in out]
+    assert ["coordinator", "c1", "active", "-", "-", "-"] in [line.split() for line in out]
     assert out[-1] == "roles: not authorized to describe group mvs.workers"

@@ -12,6 +12,7 @@ from tests.unit.maintainer_harness import WAIT, FakeRunner, mv
 from workers.config import Settings
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message
+from workers.role import LoopError
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.manager import BUS_SUSPECT_S, Manager
@@ -255,3 +256,20 @@ def test_a_fenced_consumer_is_not_rebuilt_the_loop_decides() -> None:
     else:
         raise AssertionError("a fence must reach LoopRole.run (exit 75)")
     assert m._commands is commands
+
+
+def test_the_last_error_the_loop_survived_travels_in_every_heartbeat() -> None:
+    m, producer, _, _ = manager()
+    own(m, "a")
+    m.step(0)
+    assert producer.of("coordinator")[-1]["loop_error"] is None
+    m.last_error = LoopError(
+        at_ms=1_700_000_000_000, message="TypeError: boom\nmore", traceback="", consecutive=2
+    )
+    producer.deliver()
+    m.clock.advance(20.0)  # type: ignore[attr-defined]
+    m.step(0)
+    assert (
+        producer.of("coordinator")[-1]["loop_error"]
+        == "2023-11-14 22:13:20Z: TypeError: boom more (2 in a row)"
+    )

@@ -127,7 +127,8 @@ def test_ddl_producer_writes_only_its_inbox_and_operator_only_reads() -> None:
     assert ("topic", "prod.ddl.results", False, "READ") in alice
     ops = _allowed("User:ops")
     assert {op for _, _, _, op in ops} == {"READ", "DESCRIBE"}
-    assert {("topic", f"prod.{t}", False, "READ") for t in ("catalog", "runs", "ddl", "ddl.results")} <= ops
+    read = ("catalog", "runs", "ddl", "ddl.results", "coordinator")
+    assert {("topic", f"prod.{t}", False, "READ") for t in read} <= ops
     assert {
         ("group", "prod.coordinator", False, "DESCRIBE"),
         ("group", "prod.workers", False, "DESCRIBE"),

@@ -12,13 +12,14 @@ def test_members_show_the_active_coordinator_and_each_workers_partitions_and_tas
         "mv:c": {"owner": "w2"},
         "mvlog:t": {"owner": None},
     }
-    text = members_table({"c1": [0], "c2": []}, {"w1": [0, 1, 2, 5], "w2": [3, 4]}, tasks)
-    rows = [line.split() for line in text.splitlines()[2:]]
+    loop_errors = {"w1": None, "w2": "2026-11-22 17:00:00Z: BusError: broker away (3 in a row)"}
+    text = members_table({"c1": [0], "c2": []}, {"w1": [0, 1, 2, 5], "w2": [3, 4]}, tasks, loop_errors)
+    rows = [line.split(None, 5) for line in text.splitlines()[2:]]
     assert rows == [
-        ["coordinator", "c1", "active", "-", "-"],
-        ["coordinator", "c2", "standby", "-", "-"],
-        ["worker", "w1", "member", "0-2,5", "2"],
-        ["worker", "w2", "member", "3-4", "1"],
+        ["coordinator", "c1", "active", "-", "-", "-"],
+        ["coordinator", "c2", "standby", "-", "-", "-"],
+        ["worker", "w1", "member", "0-2,5", "2", "-"],
+        ["worker", "w2", "member", "3-4", "1", loop_errors["w2"]],
     ]
     assert members_table({}, {}, tasks) == "no live roles"
 

@@ -169,7 +169,8 @@ def role_grants(settings: Settings, roles: Roles) -> list[Grant]:
         out += _grants(p, "cluster", CLUSTER, ["IDEMPOTENT_WRITE"])
         out += _reader(settings, p)
     for p in roles.operators:
-        out += _topics(settings, p, ["catalog", "runs", "ddl", "ddl.results"], ["READ"])
+        # coordinator: the workers' heartbeats, for the last loop error `mvs status` shows.
+        out += _topics(settings, p, ["catalog", "runs", "ddl", "ddl.results", "coordinator"], ["READ"])
         out += _grants(p, "group", settings.group("coordinator"), ["DESCRIBE"])
         out += _grants(p, "group", settings.group("workers"), ["DESCRIBE"])
         out += _reader(settings, p)

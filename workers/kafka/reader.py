@@ -29,16 +29,21 @@ def read_to_end(
     timeout_s: float = 60.0,
     include_errors: bool = False,
     codec: Codec | None = None,
+    last: int | None = None,
 ) -> list[Message]:
     """Every committed record of ``topic`` (all partitions, or those given) from the beginning
-    up to the end offsets taken when called, in partition order. Undecodable records are
-    logged and skipped (kept, with ``error`` set, if ``include_errors``); nothing is
-    dead-lettered or committed."""
+    (or only the ``last`` offsets of each partition) up to the end offsets taken when called, in
+    partition order. Undecodable records are logged and skipped (kept, with ``error`` set, if
+    ``include_errors``); nothing is dead-lettered or committed."""
     with TypedConsumer(settings, dead_letters=False, config=_EOF, codec=codec) as consumer:
-        ends = {p: high for p, (low, high) in consumer.end_offsets(topic, partitions).items() if high > low}
+        bounds = consumer.end_offsets(topic, partitions)
+        ends = {p: high for p, (low, high) in bounds.items() if high > low}
         if not ends:
             return []
-        consumer.assign(topic, sorted(ends), from_beginning=True)
+        if last is None:
+            consumer.assign(topic, sorted(ends), from_beginning=True)
+        else:
+            consumer.assign_at(topic, {p: max(bounds[p][0], high - last) for p, high in ends.items()})
         todo = dict(ends)
         out: list[Message] = []
         deadline = time.monotonic() + timeout_s

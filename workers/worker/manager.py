@@ -102,6 +102,7 @@ class Manager(LoopRole):
         self._deferred: dict[str, tuple[Record, int]] = {}
         self._unrestored: set[int] = set()  # assigned partitions whose catalog read failed: retried
         self._heartbeat_pending_since: float | None = None  # monotonic send time of an undelivered one
+        self._sent_loop_error: str | None = None
         self._producer_failed = False  # librdkafka reported the producer fatal: rebuild it
         self._outbox = Outbox(self.worker_id, on_fatal=self._producer_fatal)
         self._dirty: set[str] = set()
@@ -402,8 +403,10 @@ class Manager(LoopRole):
         claims = list(self.waiting) if full else [t for t in dirty if t in self.waiting]
         statuses += [_claim(self.waiting[t][0]) for t in claims]
         gone |= set(removed or [])
-        if not statuses and not gone and not full:
+        loop_error = self.last_error.summary() if self.last_error is not None else None
+        if not statuses and not gone and not full and loop_error == self._sent_loop_error:
             return
+        self._sent_loop_error = loop_error  # a new one goes out at once (`mvs status` shows it)
         heartbeat = {
             "worker_id": self.worker_id,
             "sent_at": self.clock.wall_ms(),
@@ -411,6 +414,7 @@ class Manager(LoopRole):
             "full": full,
             "statuses": statuses,
             "removed": sorted(gone),
+            "loop_error": loop_error,
         }
         # Pending before it is queued: its delivery report may be served inside send() already.
         self._heartbeat_pending_since = self.clock.monotonic()
