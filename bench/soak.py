@@ -6,8 +6,9 @@ Real processes (``python -m workers.cli coordinator|worker``) on a broker of the
 embedded jars: it is stopped and killed), Spark and Delta. Three MVs live through the whole soak
 (FAST ON CHANGE aggregate, COMPLETE EVERY 5 s aggregate, FORCE ON CHANGE projection) and short-lived
 ones are created, paused, resumed, refreshed and dropped while the soak appends to and deletes from
-the base. Faults, one at a time: kill -9 or SIGTERM a worker (a replacement starts), kill -9 a
-coordinator (it restarts), stop the broker with SIGTERM or kill -9 for 5-20 s.
+the base. Faults, one at a time (the next once the fleet has recovered from the last, at least 20 s
+apart): kill -9 or SIGTERM a worker (a replacement starts), kill -9 a coordinator (it restarts),
+stop the broker with SIGTERM or kill -9 for 5-20 s.
 
 At the end (faults stopped) it waits for every MV to reflect the base's latest version and checks:
 - every MV equals its query over the base at that version;
@@ -224,7 +225,8 @@ class Soak:
                 self.change_base()
             elif roll < 0.75:
                 self.churn_ddl()
-            elif time.monotonic() - last_fault > 20:
+            elif not self.pending and time.monotonic() - last_fault > 20:
+                # One fault at a time: the next comes once the last one's recovery is measured.
                 print(
                     f"[{minutes * 60 - (deadline - time.monotonic()):6.0f}s] fault: {self.fault()}",
                     flush=True,
