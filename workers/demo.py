@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.client import MvsClient
+from workers.client import MvsClient, StatementError
 from workers.config import CACHE_DIR, REPO_ROOT, Settings
-from workers.ddl import DdlError
 from workers.embedded.broker import EmbeddedKafka
 from workers.status import status_table
 from workers.warehouse import latest_version
@@ -118,8 +117,8 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
             print(f"mvs sql {statement!r}")
             try:
                 result = client.execute(statement, timeout_s=60)
-            except DdlError as exc:
-                print(f"   → ERROR 1001 (not published): {exc}")
+            except StatementError as exc:
+                print(f"   → ERROR {exc.code} (not published): {exc}")
                 continue
             assert result is not None
             print(
