@@ -15,7 +15,7 @@ import pytest
 
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
-from workers.sched.runs import CancelToken, Priority, RunOutcome, SubmitStatus
+from workers.sched.executor_types import CancelToken, Priority, RunOutcome, SubmitStatus
 
 WAIT = 5.0
 ACCEPTED, COALESCED, REJECTED = SubmitStatus.ACCEPTED, SubmitStatus.COALESCED, SubmitStatus.REJECTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.request
 
@@ -9,8 +10,15 @@ from prometheus_client import CollectorRegistry
 
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
+from workers.sched.executor_types import (
+    EXECUTOR_COUNTERS,
+    EXECUTOR_LEVELS,
+    CancelToken,
+    ExecutorMetrics,
+    SubmitStatus,
+)
+from workers.sched.gauges import TaskGauges
 from workers.sched.metrics import SchedMetrics, process_metrics, serve_metrics
-from workers.sched.runs import CancelToken, SubmitStatus, TaskGauges
 
 WAIT = 5.0
 
@@ -85,3 +93,15 @@ def test_process_metrics_is_one_instance_and_served_over_http() -> None:
         server.server_close()
         thread.join(WAIT)
         process_metrics().untrack_tasks("served")
+
+
+def test_every_executor_number_is_exported_as_a_counter_or_a_level() -> None:
+    names = [f.name for f in dataclasses.fields(ExecutorMetrics)]
+    assert sorted(EXECUTOR_COUNTERS + EXECUTOR_LEVELS) == sorted(names)
+    ex = BoundedExecutor(1, 1, clock=ManualClock(), name="all", watchdog=False)
+    metrics = SchedMetrics(CollectorRegistry())
+    metrics.track_executor(ex)
+    for name in EXECUTOR_COUNTERS:
+        assert metrics.registry.get_sample_value(f"mvs_sched_{name}_total", {"pool": "all"}) == 0
+    assert metrics.registry.get_sample_value("mvs_sched_max_concurrency", {"pool": "all"}) == 1
+    ex.shutdown()

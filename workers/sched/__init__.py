@@ -7,6 +7,8 @@ on its own so that using the scheduler does not pull in the metrics server).
 from workers.sched.clock import Clock, ManualClock, SystemClock
 from workers.sched.due import DueQueue, Wakeup, validate_next_due
 from workers.sched.executor import BoundedExecutor
+from workers.sched.executor_types import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
+from workers.sched.gauges import TaskGauges
 from workers.sched.mailbox import BatchSystem, Fsm
 from workers.sched.retry import (
     CLIENT_RETRY,
@@ -17,7 +19,6 @@ from workers.sched.retry import (
     is_retryable,
     retrying,
 )
-from workers.sched.runs import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus, TaskGauges
 from workers.sched.triggers import ON_CHANGE_POLL_S, next_refresh_due
 
 __all__ = [

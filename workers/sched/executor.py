@@ -6,76 +6,47 @@ scheduled while executing is re-run once after it, never concurrently). Seed 000
 timeout *does* cancel the body (token + ``on_cancel``, e.g. cancel the Spark job group) and frees
 the slot at once; seed 000 risk 5: after ``shutdown`` every submit is REJECTED, never a crash.
 
-Worker threads are pooled as in ClickHouse's pool (``max_free_threads``): a dispatched run is
-handed to an idle worker, or to a new thread when none is idle; a worker whose body timed out
-is simply not idle until the body returns, so a stuck body never holds a slot, only its thread.
-Idle workers beyond ``max_concurrency`` exit, and any idle worker exits after IDLE_EXIT_S.
-Starting a thread per run instead costs a GIL hand-off on the dispatch path (measured: a
-quarter of a busy scheduler loop at a thousand runs a second).
+This module is the executor's state and lock: admission, coalescing, cancellation, timeouts
+and outcome delivery. The queue is ``run_queue``, the threads ``worker_pool`` and ``watchdog``,
+the value types ``executor_types``.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from workers.sched.clock import Clock, SystemClock
-from workers.sched.runs import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
+from workers.sched.executor_types import (
+    EXECUTOR_COUNTERS,
+    CancelToken,
+    ExecutorMetrics,
+    Priority,
+    RunOutcome,
+    SubmitStatus,
+)
+from workers.sched.run_queue import Job, RunQueue
+from workers.sched.watchdog import Watchdog
+from workers.sched.worker_pool import Run, Worker, WorkerPool
 
 __all__ = ["BoundedExecutor", "CancelToken", "ExecutorMetrics", "Priority", "RunOutcome", "SubmitStatus"]
 
 log = logging.getLogger(__name__)
 
-WATCHDOG_MAX_INTERVAL_S = 0.5  # also the timeout latency under a clock other than the system one
-IDLE_EXIT_S = 60.0  # an idle worker thread lives this long (real time) waiting for another run
 _REJECT_LOG_EVERY_S = 10.0  # try-submit against a full queue would otherwise flood the log
-
-
-@dataclass
-class _Job:
-    key: str
-    fn: Callable[[CancelToken], object]
-    priority: int
-    timeout_s: float | None
-    on_done: Callable[[RunOutcome], None] | None
-    on_cancel: Callable[[], None] | None
-    seq: int = 0
-
-
-@dataclass
-class _Run:
-    job: _Job
-    started: float
-    deadline: float | None
-    token: CancelToken = field(default_factory=CancelToken)
-    canceled: bool = False
-    timed_out: bool = False
-    cancel_called: bool = False
-
-
-class _Worker:
-    """A pool thread's mailbox: the run handed to it, and the event that wakes it for one."""
-
-    __slots__ = ("run", "wake")
-
-    def __init__(self, run: _Run) -> None:
-        self.run: _Run | None = run
-        self.wake = threading.Event()
 
 
 @dataclass
 class _After:
     """Work collected under the lock and done after releasing it: user code never runs locked."""
 
-    starts: list[_Worker] = field(default_factory=list)  # new threads to start
+    starts: list[Worker] = field(default_factory=list)  # new pool threads to start
     cancels: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
-    outcomes: list[tuple[_Job, RunOutcome]] = field(default_factory=list)
+    outcomes: list[tuple[Job, RunOutcome]] = field(default_factory=list)
 
 
 class BoundedExecutor:
@@ -104,28 +75,19 @@ class BoundedExecutor:
         self._max = max_concurrency
         self._queue_size = max(queue_size, max_concurrency)  # as ClickHouse: never below the slots
         self._cond = threading.Condition()
-        self._seq = itertools.count()
-        self._heap: list[tuple[int, int, str]] = []
-        self._queued: dict[str, _Job] = {}
-        self._running: dict[str, _Run] = {}  # hold a slot
-        self._zombies: dict[str, _Run] = {}  # timed out, body still executing: no slot, key busy
+        self._queued = RunQueue()
+        self._running: dict[str, Run] = {}  # hold a slot
+        self._zombies: dict[str, Run] = {}  # timed out, body still executing: no slot, key busy
         self._delivering: set[str] = set()  # outcome being delivered: key busy
-        self._again: dict[str, _Job] = {}  # one more run once the key is no longer busy
-        self._idle: list[_Worker] = []  # pool threads waiting for a run, most recently used last
-        self._workers = 0  # pool threads alive (running a body, or idle)
-        self._watch_next = float("inf")  # when the watchdog checks next (executor clock)
+        self._again: dict[str, Job] = {}  # one more run once the key is no longer busy
+        self._pool = WorkerPool(self._cond, name, self._execute, max_idle=max_concurrency)
         self._closed = False
-        self._counts = dict.fromkeys(
-            ("submitted", "completed", "failed", "timeout", "rejected", "canceled", "coalesced"), 0
-        )
+        self._counts = dict.fromkeys(EXECUTOR_COUNTERS, 0)
         self._rejects_unlogged = 0
         self._last_reject_log = float("-inf")
-        self._watchdog_stop = threading.Event()
-        self._watchdog_wake = threading.Event()
-        self._watchdog: threading.Thread | None = None
+        self._watchdog: Watchdog | None = None
         if watchdog:
-            self._watchdog = threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True)
-            self._watchdog.start()
+            self._watchdog = Watchdog(self._cond, self._clock, name, self.check_timeouts, self._deadlines)
 
     # ------------------------------------------------------------------ submit / cancel / timeouts
 
@@ -146,7 +108,7 @@ class BoundedExecutor:
         """
         if timeout_s is not None and timeout_s <= 0:
             timeout_s = None  # as seed 000: no timeout
-        job = _Job(key, fn, int(priority), timeout_s, on_done, on_cancel)
+        job = Job(key, fn, int(priority), timeout_s, on_done, on_cancel)
         give_up = None if wait_s is None else time.monotonic() + max(wait_s, 0.0)  # real time: we block
         after = _After()
         with self._cond:
@@ -154,7 +116,8 @@ class BoundedExecutor:
                 if self._closed:
                     return self._reject_locked(key, "shut down")
                 if key in self._queued:
-                    self._coalesce_queued_locked(job)
+                    self._queued.coalesce(job)
+                    self._counts["coalesced"] += 1
                     return SubmitStatus.COALESCED
                 if self._executing_locked(key):
                     prev = self._again.get(key)
@@ -181,7 +144,7 @@ class BoundedExecutor:
         """
         after = _After()
         with self._cond:
-            job = self._queued.pop(key, None)
+            job = self._queued.remove(key)
             dropped = self._again.pop(key, None) is not None
             run = self._running.get(key)
             if job is not None:
@@ -203,10 +166,7 @@ class BoundedExecutor:
         so a caller learns whether the run it queued can still serve a newer request.
         """
         with self._cond:
-            if key not in self._queued:
-                return False
-            self._promote_locked(key, int(priority))
-            return True
+            return self._queued.promote(key, int(priority))
 
     def check_timeouts(self) -> list[str]:
         """Time out runs past their deadline: token set, ``on_cancel``, outcome, slot freed now.
@@ -246,6 +206,7 @@ class BoundedExecutor:
         after = _After()
         with self._cond:
             self._max = n
+            self._pool.max_idle = n
             self._queue_size = max(self._queue_size, n)
             self._dispatch_locked(after)
             self._cond.notify_all()
@@ -274,17 +235,10 @@ class BoundedExecutor:
 
     def metrics(self) -> ExecutorMetrics:
         with self._cond:
-            c = self._counts
             return ExecutorMetrics(
-                submitted=c["submitted"],
+                **self._counts,
                 running=len(self._running),
                 waiting=len(self._queued),
-                completed=c["completed"],
-                failed=c["failed"],
-                timeout=c["timeout"],
-                rejected=c["rejected"],
-                canceled=c["canceled"],
-                coalesced=c["coalesced"],
                 zombies=len(self._zombies),
                 max_concurrency=self._max,
                 queue_size=self._queue_size,
@@ -301,27 +255,23 @@ class BoundedExecutor:
             if not self._closed:
                 self._closed = True
                 now = self._clock.monotonic()
-                for job in self._queued.values():
+                for job in self._queued.drain():
                     self._counts["canceled"] += 1
                     self._outcome_locked(after, job, RunOutcome(job.key, None, None, False, True, now, now))
-                self._queued.clear()
-                self._heap.clear()
                 self._again.clear()
                 if cancel_running:
                     for run in self._running.values():
                         run.canceled = True
                         self._signal_locked(after, run)
-                for worker in self._idle:  # idle pool threads exit
-                    worker.wake.set()
-                self._idle.clear()
+                self._pool.close()
                 self._cond.notify_all()  # blocked submitters wake up to REJECTED
-        self._watchdog_stop.set()
-        self._watchdog_wake.set()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         self._after(after)
         with self._cond:
             done = self._cond.wait_for(lambda: not self._running and not self._zombies, timeout_s)
             left = sorted([*self._running, *self._zombies])
-        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+        if self._watchdog is not None:
             self._watchdog.join(timeout_s)
         if not done:
             log.warning("%s: shutdown left bodies running: %s", self.name, left)
@@ -332,24 +282,9 @@ class BoundedExecutor:
     def _executing_locked(self, key: str) -> bool:
         return key in self._running or key in self._zombies or key in self._delivering
 
-    def _enqueue_locked(self, job: _Job) -> None:
-        job.seq = next(self._seq)
-        self._queued[job.key] = job
-        heapq.heappush(self._heap, (job.priority, job.seq, job.key))
+    def _enqueue_locked(self, job: Job) -> None:
+        self._queued.push(job)
         self._counts["submitted"] += 1
-
-    def _coalesce_queued_locked(self, job: _Job) -> None:
-        # Latest fn/callbacks win; the queued place is kept unless the new priority is more urgent.
-        old = self._queued[job.key]
-        self._queued[job.key] = replace(job, priority=old.priority, seq=old.seq)
-        self._promote_locked(job.key, job.priority)
-        self._counts["coalesced"] += 1
-
-    def _promote_locked(self, key: str, priority: int) -> None:
-        job = self._queued[key]
-        if priority < job.priority:
-            job.priority, job.seq = priority, next(self._seq)
-            heapq.heappush(self._heap, (job.priority, job.seq, key))  # the old entry goes stale
 
     def _release_locked(self, key: str) -> None:
         """Once ``key`` is no longer busy, its coalesced re-run joins the queue."""
@@ -361,47 +296,38 @@ class BoundedExecutor:
 
     def _dispatch_locked(self, after: _After) -> None:
         """Move queued jobs into free slots; ``after`` starts their threads."""
-        while self._heap and len(self._running) < self._max and not self._closed:
-            priority, seq, key = heapq.heappop(self._heap)
-            job = self._queued.get(key)
-            if job is None or job.seq != seq or job.priority != priority:
-                continue  # stale: canceled or re-prioritised
-            del self._queued[key]
+        while len(self._running) < self._max and not self._closed:
+            job = self._queued.pop_next()
+            if job is None:
+                return
             now = self._clock.monotonic()
             deadline = None if job.timeout_s is None else now + job.timeout_s
-            run = _Run(job, started=now, deadline=deadline)
-            self._running[key] = run
-            if self._idle:
-                worker = self._idle.pop()  # the warmest thread
-                worker.run = run
-                worker.wake.set()
-            else:
-                self._workers += 1
-                after.starts.append(_Worker(run))
-            if deadline is not None and deadline < self._watch_next:
-                self._watchdog_wake.set()  # sooner than what the watchdog waits for
+            run = Run(job, started=now, deadline=deadline)
+            self._running[job.key] = run
+            worker = self._pool.assign(run)
+            if worker is not None:
+                after.starts.append(worker)
+            if deadline is not None and self._watchdog is not None:
+                self._watchdog.wake_if_sooner(deadline)
 
-    def _signal_locked(self, after: _After, run: _Run) -> None:
+    def _signal_locked(self, after: _After, run: Run) -> None:
         run.token.set()
         if not run.cancel_called and run.job.on_cancel is not None:
             run.cancel_called = True
             after.cancels.append((run.job.key, run.job.on_cancel))
 
-    def _outcome_locked(self, after: _After, job: _Job, outcome: RunOutcome) -> None:
+    def _outcome_locked(self, after: _After, job: Job, outcome: RunOutcome) -> None:
         self._delivering.add(job.key)
         after.outcomes.append((job, outcome))
 
     def _reject_locked(self, key: str, why: str) -> SubmitStatus:
         self._counts["rejected"] += 1
         self._rejects_unlogged += 1
+        unlogged = self._rejects_unlogged
         now = time.monotonic()
         if now - self._last_reject_log >= _REJECT_LOG_EVERY_S:
             log.warning(
-                "%s: rejected %s (%s); %d rejection(s) since the last report",
-                self.name,
-                key,
-                why,
-                self._rejects_unlogged,
+                "%s: rejected %s (%s); %d rejection(s) since the last report", self.name, key, why, unlogged
             )
             self._last_reject_log = now
             self._rejects_unlogged = 0
@@ -414,8 +340,7 @@ class BoundedExecutor:
         while after.starts or after.cancels or after.outcomes:
             starts, after.starts = after.starts, []
             for worker in starts:
-                name = f"{self.name}-worker-{next(_thread_ids)}"
-                threading.Thread(target=self._work, args=(worker,), name=name, daemon=True).start()
+                self._pool.start(worker)
             cancels, after.cancels = after.cancels, []
             for key, on_cancel in cancels:
                 _guarded(on_cancel, f"{self.name}: on_cancel of {key}")
@@ -429,28 +354,8 @@ class BoundedExecutor:
                     self._dispatch_locked(after)
                     self._cond.notify_all()
 
-    def _work(self, worker: _Worker) -> None:
-        """A pool thread: run what it is handed, then wait idle for more; exit when not needed."""
-        while True:
-            run = worker.run
-            assert run is not None
-            self._body(run)
-            with self._cond:
-                worker.run = None
-                worker.wake.clear()
-                if self._closed or len(self._idle) >= self._max:
-                    self._workers -= 1
-                    return
-                self._idle.append(worker)
-            worker.wake.wait(IDLE_EXIT_S)
-            with self._cond:
-                if worker.run is None:  # not handed a run: timed out idle, or shut down
-                    if worker in self._idle:
-                        self._idle.remove(worker)
-                    self._workers -= 1
-                    return
-
-    def _body(self, run: _Run) -> None:
+    def _execute(self, run: Run) -> None:
+        """A pool thread runs the body here."""
         result: object | None = None
         error: BaseException | None = None
         try:
@@ -459,7 +364,7 @@ class BoundedExecutor:
             error = exc
         self._finish(run, result, error)
 
-    def _finish(self, run: _Run, result: object | None, error: BaseException | None) -> None:
+    def _finish(self, run: Run, result: object | None, error: BaseException | None) -> None:
         key = run.job.key
         after = _After()
         with self._cond:
@@ -479,27 +384,9 @@ class BoundedExecutor:
             self._cond.notify_all()
         self._after(after)
 
-    def _watch(self) -> None:
-        while not self._watchdog_stop.is_set():
-            self._watchdog_wake.clear()  # before checking, so a wake during the check is kept
-            try:
-                self.check_timeouts()
-            except Exception:  # the watchdog must outlive any bug
-                log.exception("%s: watchdog", self.name)
-            self._watchdog_wake.wait(self._watch_delay())
-
-    def _watch_delay(self) -> float:
-        with self._cond:
-            deadlines = [r.deadline for r in self._running.values() if r.deadline is not None]
-            now = self._clock.monotonic()
-            delay = WATCHDOG_MAX_INTERVAL_S
-            if deadlines:
-                delay = min(max(min(deadlines) - now, 0.001), WATCHDOG_MAX_INTERVAL_S)
-            self._watch_next = now + delay
-        return delay
-
-
-_thread_ids = itertools.count(1)
+    def _deadlines(self) -> list[float]:
+        """The deadlines of the runs holding a slot (lock held: the watchdog's sleep)."""
+        return [run.deadline for run in self._running.values() if run.deadline is not None]
 
 
 def _guarded(fn: Callable[[], object], what: str) -> None:

@@ -20,13 +20,12 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from workers.sched.runs import ExecutorMetrics, TaskGauges
+from workers.sched.executor_types import EXECUTOR_COUNTERS, EXECUTOR_LEVELS, ExecutorMetrics
+from workers.sched.gauges import TaskGauges
 
 __all__ = ["PREFIX", "MeteredExecutor", "SchedMetrics", "TaskGauges", "process_metrics", "serve_metrics"]
 
 PREFIX = "mvs_sched"
-_COUNTERS = ("submitted", "completed", "failed", "timeout", "rejected", "canceled", "coalesced")
-_GAUGES = ("running", "waiting", "zombies", "max_concurrency", "queue_size")
 
 
 class MeteredExecutor(Protocol):
@@ -54,12 +53,12 @@ class _ExecutorCollector:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             snapshots = [(name, ex.metrics()) for name, ex in self._executors.items()]
-        for field in _COUNTERS:
+        for field in EXECUTOR_COUNTERS:
             family = CounterMetricFamily(f"{PREFIX}_{field}", f"Runs {field} by an executor", labels=["pool"])
             for name, snap in snapshots:
                 family.add_metric([name], getattr(snap, field))
             yield family
-        for field in _GAUGES:
+        for field in EXECUTOR_LEVELS:
             family_g = GaugeMetricFamily(f"{PREFIX}_{field}", f"Executor {field} now", labels=["pool"])
             for name, snap in snapshots:
                 family_g.add_metric([name], getattr(snap, field))
