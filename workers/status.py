@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from workers.sched.clock import SystemClock
+
 Record = dict[str, Any]
 
 
@@ -30,8 +32,9 @@ def _until(ms: int | None, now_ms: int) -> str:
     return f"in {max(0.0, (ms - now_ms) / 1000):.0f}s"
 
 
-def _watermark(checkpoint: dict[str, int]) -> str:
-    return ",".join(f"{t}@v{v}" for t, v in sorted(checkpoint.items())) or "-"
+def _table_versions(versions: dict[str, int]) -> str:
+    """A task's checkpoint (or a run's watermark), base table → Delta version: ``a@v3,b@v7``."""
+    return ",".join(f"{t}@v{v}" for t, v in sorted(versions.items())) or "-"
 
 
 def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> str:
@@ -50,7 +53,7 @@ def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> s
 def status_table(
     tasks: dict[str, Record], latest_version: Callable[[str], int | None], now_ms: int | None = None
 ) -> str:
-    now_ms = now_ms or int(time.time() * 1000)
+    now_ms = now_ms or SystemClock().wall_ms()
     rows = []
     for task_id in sorted(tasks):
         task = tasks[task_id]
@@ -65,7 +68,7 @@ def status_table(
                 task["epoch"],
                 f"{run.get('state', '-')} {_ago(run.get('ended_at') or run.get('started_at'), now_ms)}",
                 run.get("rows_written") if run.get("rows_written") is not None else "-",
-                _watermark(task["checkpoint"]),
+                _table_versions(task["checkpoint"]),
                 lag_versions(task, latest_version),
                 _until(task.get("next_run_at"), now_ms),
                 f"{error['code']}: {error['message']}" if error else "-",
@@ -129,7 +132,7 @@ def history_table(runs: list[Record]) -> str:
             time.strftime("%H:%M:%S", time.localtime(r["started_at"] / 1000)),
             f"{(r['ended_at'] - r['started_at']) / 1000:.2f}s" if r.get("ended_at") else "-",
             r.get("rows_written") if r.get("rows_written") is not None else "-",
-            f"{_watermark(r['watermark_before'])} → {_watermark(r['watermark_after'])}",
+            f"{_table_versions(r['watermark_before'])} → {_table_versions(r['watermark_after'])}",
             r.get("message") or "-",
         ]
         for r in runs
