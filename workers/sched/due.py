@@ -15,6 +15,9 @@ import threading
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from workers.catalog.specs import MAX_INTERVAL_MS
+from workers.sched.triggers import MIN_RUN_SPACING_S
+
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
@@ -104,8 +107,8 @@ def validate_next_due(
     proposed: float | None,
     now: float,
     *,
-    min_delay: float = 1.0,
-    max_delay: float = 366 * 86400.0,
+    min_delay: float = MIN_RUN_SPACING_S,
+    max_delay: float = MAX_INTERVAL_MS / 1000,  # no schedule is longer than the longest interval
 ) -> tuple[float, str | None]:
     """A safe due time for ``proposed`` and, when it had to be changed, the reason why.
 

@@ -39,12 +39,17 @@ class _Mailbox:
 
 
 class BatchSystem:
+    """FSMs by key, each with its mailbox, handled by ``pollers`` threads (or ``run_pending``).
+
+    ``name`` prefixes the poller threads and the log lines.
+    """
+
     def __init__(
         self,
         pollers: int = 2,
         batch_size: int = 32,
         *,
-        name: str = "maintainers",
+        name: str = "fsm",
         max_messages_per_handle: int = 256,
     ) -> None:
         if pollers < 1 or batch_size < 1 or max_messages_per_handle < 1:

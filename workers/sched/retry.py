@@ -18,13 +18,13 @@ from typing import TypeVar
 import tenacity
 from tenacity.wait import wait_base, wait_exponential
 
+# Which error codes a retry can fix is decided once, with the codes (workers/catalog/errors.py).
 from workers.catalog.errors import is_retryable as is_retryable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# Which error codes a retry can fix is decided once, with the codes (workers/catalog/errors.py).
 class _wait_jitter(wait_base):
     """Uniform jitter in [0, jitter_s], from an injectable rng (tenacity's own uses ``random``)."""
 
