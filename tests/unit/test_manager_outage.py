@@ -128,7 +128,7 @@ def test_a_heartbeat_acknowledged_before_send_returns_does_not_stop_the_next_one
 def test_a_lost_heartbeat_is_followed_by_a_full_one() -> None:
     m, producer, _, _ = manager()
     m.step(0)
-    m._full_requested = False
+    m.host.full_requested = False
     producer.deliver(BusError("delivery failed: _MSG_TIMED_OUT", retriable=True))
     m.step(0)
     assert [h["full"] for h in producer.of("coordinator")] == [True, True]
@@ -193,7 +193,7 @@ def test_a_command_from_the_future_cannot_silence_the_real_coordinator() -> None
     ]
     m.step(0)
     m.step(0)
-    assert m.coordinator_epoch == 2, "the forged epoch was not taken"
+    assert m.host.coordinator_epoch == 2, "the forged epoch was not taken"
     assert "mv:a" not in m.owned, "the real coordinator's command still applies"
 
 
@@ -212,17 +212,17 @@ def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     }
     commands.messages = [Message("manager", 0, 0, "mv:slow", remove, "io.mvs.ManagerCommand")]
     m.step(0)  # returns although the cancelled run goes on
-    assert "mv:slow" not in m.owned and "mv:slow" in m.draining
+    assert "mv:slow" not in m.owned and "mv:slow" in m.host.draining
     assert runner.cancelled, "the run was cancelled"
     for _ in range(20):  # the loop keeps turning (heartbeats, other tasks) while the run drains
         m.clock.advance(1.0)  # type: ignore[attr-defined]
         m.step(0)
-    assert not gate.release.is_set() and "mv:slow" in m.draining
+    assert not gate.release.is_set() and "mv:slow" in m.host.draining
     assert runner.dropped == [], "the table is not dropped under a run that may still write it"
     gate.release.set()
     assert m.executor.wait_idle(timeout_s=WAIT)
     m.step(0)
-    assert "mv:slow" not in m.draining and "mv:slow" not in m.maintainers
+    assert "mv:slow" not in m.host.draining and "mv:slow" not in m.host.mailboxes
     assert runner.dropped == ["mv:slow"], "dropped once the run ended"
     assert [r["state"] for r in producer.of("runs")][-1] in ("CANCELED", "COMPLETED")
 
