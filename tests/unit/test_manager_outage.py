@@ -53,15 +53,6 @@ class FakeProducer:
         return [record for t, record in self.sent if t == topic]
 
 
-class DropRecordingRunner(FakeRunner):
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock)
-        self.dropped: list[str] = []
-
-    def drop(self, task: Record) -> None:
-        self.dropped.append(task["task_id"])
-
-
 class FakeConsumer:
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -79,9 +70,9 @@ class FakeConsumer:
         pass
 
 
-def manager() -> tuple[Manager, FakeProducer, FakeConsumer, DropRecordingRunner]:
+def manager() -> tuple[Manager, FakeProducer, FakeConsumer, FakeRunner]:
     clock = ManualClock(start=1000.0, wall_start_ms=1_700_000_000_000)
-    runner = DropRecordingRunner(clock)
+    runner = FakeRunner(clock)
     settings = Settings(bootstrap_servers="127.0.0.1:1", worker_id="w1", namespace="unit")
     m = Manager(settings, runner=runner, clock=clock, metrics=SchedMetrics(CollectorRegistry()))
     producer, commands = FakeProducer(), FakeConsumer()
