@@ -63,7 +63,9 @@ class MemoryBus:
             raise self.refuse
         self.catalog_reads.append(partitions)
         wanted = range(self.partitions("catalog")) if partitions is None else partitions
-        return live_tasks(self.message("catalog", p, o) for p in wanted for o in range(self.end("catalog", p)))
+        return live_tasks(
+            self.message("catalog", p, o) for p in wanted for o in range(self.end("catalog", p))
+        )
 
     def configure_group(self, group_id: str) -> None:
         self.configured_groups.append(group_id)
@@ -267,7 +269,9 @@ class MemoryProducer:
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         entry = _Entry(key, self.bus.encode(topic, record), tuple((headers or {}).items()))
-        self._produce(topic, _Pending(topic, self.bus.partition_of(topic, key, partition), entry, on_delivery))
+        self._produce(
+            topic, _Pending(topic, self.bus.partition_of(topic, key, partition), entry, on_delivery)
+        )
 
     def send_tombstone(self, topic: str, key: str) -> None:
         entry = _Entry(key, None, ())
@@ -278,10 +282,13 @@ class MemoryProducer:
         if value is None and message.value is not None:
             value = self.bus.encode(message.topic, message.value)
         headers = tuple(message.headers) + tuple(
-            (k, v.decode()) for k, v in dead_letter_headers(reason, message.topic, message.partition, message.offset)
+            (k, v.decode())
+            for k, v in dead_letter_headers(reason, message.topic, message.partition, message.offset)
         )
         entry = _Entry(message.key, value, headers)
-        self._produce(DLQ_TOPIC, _Pending(DLQ_TOPIC, self.bus.partition_of(DLQ_TOPIC, message.key, None), entry, None))
+        self._produce(
+            DLQ_TOPIC, _Pending(DLQ_TOPIC, self.bus.partition_of(DLQ_TOPIC, message.key, None), entry, None)
+        )
 
     def poll(self, timeout_s: float = 0.0) -> None:
         if self.bus.hold:
@@ -335,4 +342,3 @@ class MemoryProducer:
 
     def close(self, timeout_s: float = 30.0) -> None:
         self.closed = True
-
