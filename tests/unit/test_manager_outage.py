@@ -1,6 +1,6 @@
 """The manager rides out the broker and bad commands, and a DROP never holds its loop (no broker:
-the manager's Kafka clients are replaced by fakes that record what it sends and deliver on demand;
-runs go through the real executor with the fake runner of the maintainer tests)."""
+the manager's bus hands out fakes that record what it sends and deliver on demand, or refuse; runs
+go through the real executor with the fake runner of the maintainer tests)."""
 
 from __future__ import annotations
 
@@ -66,20 +66,37 @@ class FakeConsumer:
     def unassign(self, topic: str, partitions: list[int] | None = None) -> None:
         pass
 
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        pass
+
     def close(self) -> None:
         pass
+
+
+class FakeBus:
+    """Hands out the fakes above: the producer, then a new consumer for each one asked for."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self._producer = producer
+        self.consumers: list[FakeConsumer] = []
+
+    def consumer(self, group_id: str | None) -> FakeConsumer:
+        self.consumers.append(FakeConsumer())
+        return self.consumers[-1]
+
+    def producer(self, **options: Any) -> FakeProducer:
+        return self._producer
 
 
 def manager() -> tuple[Manager, FakeProducer, FakeConsumer, FakeRunner]:
     clock = ManualClock(start=1000.0, wall_start_ms=1_700_000_000_000)
     runner = FakeRunner(clock)
     settings = Settings(bootstrap_servers="127.0.0.1:1", worker_id="w1", namespace="unit")
-    m = Manager(settings, runner=runner, clock=clock, metrics=SchedMetrics(CollectorRegistry()))
-    producer, commands = FakeProducer(), FakeConsumer()
-    m._producer = producer  # type: ignore[assignment]
-    m._commands = commands  # type: ignore[assignment]
-    m._task_commands = FakeConsumer()  # type: ignore[assignment]
-    return m, producer, commands, runner
+    producer = FakeProducer()
+    bus = FakeBus(producer)
+    metrics = SchedMetrics(CollectorRegistry())
+    m = Manager(settings, bus=bus, runner=runner, clock=clock, metrics=metrics)  # type: ignore[arg-type]
+    return m, producer, bus.consumers[0], runner
 
 
 def own(m: Manager, name: str) -> Record:

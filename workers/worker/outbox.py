@@ -15,13 +15,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-from workers.bus import BusProducer
+from workers.bus import BusProducer, Record
 from workers.kafka.errors import BusError
 
 log = logging.getLogger(__name__)
-Record = dict[str, Any]
 
 
 class Outbox:
