@@ -76,6 +76,16 @@ def restored(w: World, name: str) -> tuple[Record, int]:
     return task, partition
 
 
+def issued(w: World, name: str) -> tuple[Record, int]:
+    """``restored``, then issued to this worker under a new epoch; its first run done."""
+    task, partition = restored(w, name)
+    owned = {**task, "epoch": 2, "owner": "w1"}
+    w.command("ADD_MAINTAINER", owned)
+    w.step()
+    w.settle()
+    return owned, partition
+
+
 def test_assignment_restores_claims_and_runs_only_under_the_new_epoch(world: World) -> None:
     w = world
     assert w.bus.configured_groups == [GROUP]
@@ -100,11 +110,7 @@ def test_assignment_restores_claims_and_runs_only_under_the_new_epoch(world: Wor
 
 def test_a_per_task_command_reaches_the_maintainer_through_its_partition(world: World) -> None:
     w = world
-    task, partition = restored(w, "a")
-    owned = {**task, "epoch": 2, "owner": "w1"}
-    w.command("ADD_MAINTAINER", owned)
-    w.step()
-    w.settle()
+    owned, partition = issued(w, "a")
     w.runner.versions["t"] = 2
     refresh = {**maintainer_command("REFRESH_NOW", owned, CTX), "coordinator_epoch": COORDINATOR_EPOCH}
     assert w.bus.publish("maintainer", "mv:a", refresh) == partition
@@ -129,11 +135,7 @@ def test_commands_of_an_older_coordinator_or_from_the_future_are_ignored(world: 
 
 def test_remove_maintainer_drops_the_task_and_says_so(world: World) -> None:
     w = world
-    task, _ = restored(w, "a")
-    owned = {**task, "epoch": 2, "owner": "w1"}
-    w.command("ADD_MAINTAINER", owned)
-    w.step()
-    w.settle()
+    owned, _ = issued(w, "a")
     w.command("REMOVE_MAINTAINER", {**owned, "epoch": 3})
     w.step()
     assert "mv:a" not in w.manager.owned and w.runner.dropped == ["mv:a"]
@@ -142,10 +144,7 @@ def test_remove_maintainer_drops_the_task_and_says_so(world: World) -> None:
 
 def test_a_revoked_partition_stops_its_tasks_and_its_per_task_commands(world: World) -> None:
     w = world
-    task, partition = restored(w, "a")
-    w.command("ADD_MAINTAINER", {**task, "epoch": 2, "owner": "w1"})
-    w.step()
-    w.settle()
+    _, partition = issued(w, "a")
     w.bus.revoke(GROUP, "manager", [partition])
     w.step()
     assert not w.manager.owned and not w.manager.partitions
