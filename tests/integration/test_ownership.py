@@ -43,10 +43,10 @@ def test_two_workers_each_task_owned_by_exactly_one(
             for task_id in owned[index]:
                 assert reported[task_id] == f"worker-{index}"
                 partition = partition_for(task_id, topic_spec("manager").partitions)
-                assert manager.partition_of[task_id] == partition
+                assert manager.host.partition_of[task_id] == partition
 
         # A bug in one turn of worker-1's loop: survived, and reported in its heartbeats.
-        broken, tick = cluster.managers[1], cluster.managers[1].tick
+        broken, tick = cluster.managers[1].host, cluster.managers[1].host.tick
         turns = iter([True])
 
         def tick_with_a_bug_once() -> int:

@@ -1,6 +1,6 @@
-"""What the maintainer FSM tests share: a fake Runner (gated runs), the harness of real scheduling
-parts around a Maintainer (ManualClock, DueQueue, BoundedExecutor, BatchSystem on the test thread),
-and task records. See test_maintainer.py and test_maintainer_runs.py."""
+"""What the maintainer and task-host tests share: a fake Runner (gated runs), a harness around the
+real TaskHost (ManualClock, DueQueue, BoundedExecutor, mailboxes handled on the test thread), and
+task records. See test_maintainer.py, test_maintainer_runs.py and test_task_host.py."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from prometheus_client import CollectorRegistry
 from workers.coordinator.handlers import Context, maintainer_command, new_task
 from workers.jobs.errors import RunCancelled
 from workers.sched.clock import ManualClock
-from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
-from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics
 from workers.sched.retry import REFRESH_RETRY, RetryPolicy
-from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv
+from workers.worker.host import TaskHost
+from workers.worker.maintainer import Command, Maintainer
 from workers.worker.runner import RunResult
 
 WAIT = 5.0
@@ -66,6 +65,7 @@ class FakeRunner:
         self.calls: list[Call] = []
         self.version_reads = 0
         self.cancelled: list[str] = []
+        self.dropped: list[str] = []
         self._lock = threading.Lock()
         self._errors: dict[str, list[BaseException]] = {}
         self._gates: dict[str, Gate] = {}
@@ -116,12 +116,12 @@ class FakeRunner:
             gate.cancel()
 
     def drop(self, task: Record) -> None:
-        pass
+        self.dropped.append(task["task_id"])
 
 
 # -- the harness ----------------------------------------------------------------------------------
 class Harness:
-    """What the manager gives its maintainers, with the manager's tick: due keys → Due messages."""
+    """A task host on the test thread (ManualClock, the fake runner, no bus) and what tests read of it."""
 
     def __init__(
         self,
@@ -134,44 +134,43 @@ class Harness:
     ) -> None:
         self.clock = ManualClock(start=1000.0, wall_start_ms=1_700_000_000_000)
         self.executor = BoundedExecutor(slots, queue, clock=self.clock, watchdog=False)
-        self.due: DueQueue[str] = DueQueue()
-        self.mail = BatchSystem(pollers=1, name="test")  # never started: handled on this thread
         self.runner = FakeRunner(self.clock)
-        self.records: list[Record] = []
-        self.dirty: set[str] = set()
         self.metrics = SchedMetrics(CollectorRegistry())
-        self.env = MaintainerEnv(
-            worker_id="w1",
+        self.host = TaskHost(
+            "w1",
             clock=self.clock,
-            executor=self.executor,
-            due=self.due,
             runner=self.runner,
-            send_to_self=self.mail.send,
-            publish=lambda topic, key, record: self.records.append(record),
-            status_changed=self.dirty.add,
+            executor=self.executor,
+            heartbeat_timeout_s=25.0,
             run_timeout_s=timeout_s,
-            retry=retry,
             metrics=self.metrics,
+            retry=retry,
             rng=rng if rng is not None else random.Random(0),
         )
+        self.due = self.host.due
+        self.mail = self.host.mailboxes
+
+    @property
+    def records(self) -> list[Record]:
+        """Every record the maintainers published, oldest first (nothing takes them off here)."""
+        return self.host.outbox.queued()
+
+    @property
+    def dirty(self) -> set[str]:
+        return self.host.dirty
 
     def add(self, task: Record) -> Maintainer:
-        maintainer = Maintainer(task, self.env)
-        self.mail.register(maintainer.task_id, maintainer)
-        return maintainer
+        return self.host.start_maintainer(task, 0)
 
     def send(self, task_id: str, message: object) -> None:
         assert self.mail.send(task_id, message)
         self.mail.run_pending()
 
     def tick(self, *, settle: bool = True) -> int:
-        due = self.due.pop_due(self.clock.monotonic())
-        for task_id in due:
-            self.mail.send(task_id, Due())
-        self.mail.run_pending()
+        due = self.host.tick()
         if settle:
             self.settle()
-        return len(due)
+        return due
 
     def settle(self) -> None:
         """Until every run ended and every outcome was handled (handling may start more runs)."""

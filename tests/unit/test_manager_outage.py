@@ -1,6 +1,6 @@
 """The manager rides out the broker and bad commands, and a DROP never holds its loop (no broker:
-the manager's Kafka clients are replaced by fakes that record what it sends and deliver on demand;
-runs go through the real executor with the fake runner of the maintainer tests)."""
+the manager's bus hands out fakes that record what it sends and deliver on demand, or refuse; runs
+go through the real executor with the fake runner of the maintainer tests)."""
 
 from __future__ import annotations
 
@@ -53,15 +53,6 @@ class FakeProducer:
         return [record for t, record in self.sent if t == topic]
 
 
-class DropRecordingRunner(FakeRunner):
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock)
-        self.dropped: list[str] = []
-
-    def drop(self, task: Record) -> None:
-        self.dropped.append(task["task_id"])
-
-
 class FakeConsumer:
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -75,20 +66,37 @@ class FakeConsumer:
     def unassign(self, topic: str, partitions: list[int] | None = None) -> None:
         pass
 
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
-def manager() -> tuple[Manager, FakeProducer, FakeConsumer, DropRecordingRunner]:
+class FakeBus:
+    """Hands out the fakes above: the producer, then a new consumer for each one asked for."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self._producer = producer
+        self.consumers: list[FakeConsumer] = []
+
+    def consumer(self, group_id: str | None) -> FakeConsumer:
+        self.consumers.append(FakeConsumer())
+        return self.consumers[-1]
+
+    def producer(self, **options: Any) -> FakeProducer:
+        return self._producer
+
+
+def manager() -> tuple[Manager, FakeProducer, FakeConsumer, FakeRunner]:
     clock = ManualClock(start=1000.0, wall_start_ms=1_700_000_000_000)
-    runner = DropRecordingRunner(clock)
+    runner = FakeRunner(clock)
     settings = Settings(bootstrap_servers="127.0.0.1:1", worker_id="w1", namespace="unit")
-    m = Manager(settings, runner=runner, clock=clock, metrics=SchedMetrics(CollectorRegistry()))
-    producer, commands = FakeProducer(), FakeConsumer()
-    m._producer = producer  # type: ignore[assignment]
-    m._commands = commands  # type: ignore[assignment]
-    m._task_commands = FakeConsumer()  # type: ignore[assignment]
-    return m, producer, commands, runner
+    producer = FakeProducer()
+    bus = FakeBus(producer)
+    metrics = SchedMetrics(CollectorRegistry())
+    m = Manager(settings, bus=bus, runner=runner, clock=clock, metrics=metrics)  # type: ignore[arg-type]
+    return m, producer, bus.consumers[0], runner
 
 
 def own(m: Manager, name: str) -> Record:
@@ -128,7 +136,7 @@ def test_a_heartbeat_acknowledged_before_send_returns_does_not_stop_the_next_one
 def test_a_lost_heartbeat_is_followed_by_a_full_one() -> None:
     m, producer, _, _ = manager()
     m.step(0)
-    m._full_requested = False
+    m.host.full_requested = False
     producer.deliver(BusError("delivery failed: _MSG_TIMED_OUT", retriable=True))
     m.step(0)
     assert [h["full"] for h in producer.of("coordinator")] == [True, True]
@@ -193,7 +201,7 @@ def test_a_command_from_the_future_cannot_silence_the_real_coordinator() -> None
     ]
     m.step(0)
     m.step(0)
-    assert m.coordinator_epoch == 2, "the forged epoch was not taken"
+    assert m.host.coordinator_epoch == 2, "the forged epoch was not taken"
     assert "mv:a" not in m.owned, "the real coordinator's command still applies"
 
 
@@ -212,17 +220,17 @@ def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     }
     commands.messages = [Message("manager", 0, 0, "mv:slow", remove, "io.mvs.ManagerCommand")]
     m.step(0)  # returns although the cancelled run goes on
-    assert "mv:slow" not in m.owned and "mv:slow" in m.draining
+    assert "mv:slow" not in m.owned and "mv:slow" in m.host.draining
     assert runner.cancelled, "the run was cancelled"
     for _ in range(20):  # the loop keeps turning (heartbeats, other tasks) while the run drains
         m.clock.advance(1.0)  # type: ignore[attr-defined]
         m.step(0)
-    assert not gate.release.is_set() and "mv:slow" in m.draining
+    assert not gate.release.is_set() and "mv:slow" in m.host.draining
     assert runner.dropped == [], "the table is not dropped under a run that may still write it"
     gate.release.set()
     assert m.executor.wait_idle(timeout_s=WAIT)
     m.step(0)
-    assert "mv:slow" not in m.draining and "mv:slow" not in m.maintainers
+    assert "mv:slow" not in m.host.draining and "mv:slow" not in m.host.mailboxes
     assert runner.dropped == ["mv:slow"], "dropped once the run ended"
     assert [r["state"] for r in producer.of("runs")][-1] in ("CANCELED", "COMPLETED")
 

@@ -1,5 +1,7 @@
 """The coordinator loop: DDL in, catalog + commands out, heartbeats folded into the catalog.
 
+Its clients come from a ``Bus`` (Kafka by default; tests drive ``step()`` over an in-memory one).
+
 Election is Kafka's: every coordinator joins one consumer group on the single-partition DDL
 topic; the member holding that partition is the active coordinator. On activation it rebuilds
 the catalog from the compacted topic and only then opens its transactional producer, whose
@@ -23,8 +25,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
+from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus
 from workers.catalog.errors import ErrorCode, task_error
-from workers.catalog.store import restore_catalog
 from workers.config import Settings
 from workers.coordinator.handlers import (
     Context,
@@ -36,8 +38,7 @@ from workers.coordinator.handlers import (
     recovered_tasks,
     restart_silent_tasks,
 )
-from workers.kafka.admin import configure_group
-from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer
+from workers.kafka.typed import BusError, Message
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.topics import topic_spec
@@ -57,11 +58,13 @@ class Coordinator(LoopRole):
         self,
         settings: Settings,
         *,
+        bus: Bus | None = None,
         clock: Clock | None = None,
         table_exists_fn: Callable[[str], bool] | None = None,
         ddl_handler: DdlHandler | None = None,
     ) -> None:
         self.settings = settings
+        self.bus: Bus = bus if bus is not None else KafkaBus(settings)
         self.clock = clock or SystemClock()
         self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
         self._handle_ddl = ddl_handler or handle_ddl
@@ -72,9 +75,9 @@ class Coordinator(LoopRole):
         self.coordinator_epoch = 0
         self._pending = Effects()
         self._last_flush = 0.0
-        self._ddl = TypedConsumer(settings, group_id=settings.group("coordinator"))
-        self._heartbeats = TypedConsumer(settings, group_id=None)
-        self._producer: TypedProducer | None = None
+        self._ddl = self.bus.consumer(settings.group("coordinator"))
+        self._heartbeats = self.bus.consumer(None)
+        self._producer: BusProducer | None = None
         self._last_seen: dict[str, float] = {}  # worker id → monotonic time of its last heartbeat
         # Per task: restarts after its owner went silent, and the wall ms of the latest one (a run
         # completed since clears both: see recovered_tasks).
@@ -84,7 +87,7 @@ class Coordinator(LoopRole):
     # -- election ---------------------------------------------------------------------------------
     def start(self) -> None:
         # KIP-848: how fast a standby takes over is the group's (broker-side) session timeout.
-        configure_group(self.settings, self.settings.group("coordinator"))
+        self.bus.configure_group(self.settings.group("coordinator"))
         self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _on_assign(self, partitions: list[tuple[str, int]]) -> None:
@@ -101,10 +104,10 @@ class Coordinator(LoopRole):
         if rewind:
             # Records read while not active were not applied: read them again.
             self._ddl.seek_to_committed()
-        self.tasks = restore_catalog(self.settings)
+        self.tasks = self.bus.read_catalog()
         self.coordinator_epoch = self.clock.wall_ms()
-        self._producer = TypedProducer(
-            self.settings, transactional_id=self.settings.group("coordinator"), txn_timeout_s=TXN_TIMEOUT_S
+        self._producer = self.bus.producer(
+            transactional_id=self.settings.group("coordinator"), txn_timeout_s=TXN_TIMEOUT_S
         )
         self._producer.init_transactions()  # also aborts a transaction a dropped producer left open
         self._heartbeats.unassign("coordinator", [0])
@@ -189,7 +192,7 @@ class Coordinator(LoopRole):
             self._ddl.close()
         except Exception as close_error:
             log.info("coordinator: closing the failed consumer: %s", close_error)
-        self._ddl = TypedConsumer(self.settings, group_id=self.settings.group("coordinator"))
+        self._ddl = self.bus.consumer(self.settings.group("coordinator"))
         self._ddl.subscribe(["ddl"], on_assign=self._on_assign, on_revoke=self._on_revoke)
         return None
 
@@ -326,7 +329,7 @@ class Coordinator(LoopRole):
             self._abort(producer)
             raise
 
-    def _abort(self, producer: TypedProducer) -> None:
+    def _abort(self, producer: BusProducer) -> None:
         """Abort in place when the broker is there (a record that could not be encoded); if even that
         fails, the loop starts over with a new producer, whose init_transactions aborts this one."""
         try:
@@ -335,7 +338,7 @@ class Coordinator(LoopRole):
             log.warning("coordinator: abort failed: %s", exc)
             self._stand_by()
 
-    def _publish(self, effects: Effects, *, consume: TypedConsumer | None) -> None:
+    def _publish(self, effects: Effects, *, consume: BusConsumer | None) -> None:
         producer = self._producer
         assert producer is not None, "only the active coordinator publishes"
         producer.begin()

@@ -1,4 +1,4 @@
-"""The manager's outbox: records that must not be lost (run records) on their way to the bus.
+"""The task host's outbox: records that must not be lost (run records) on their way to the bus.
 
 Maintainers put records in from any thread; the manager's loop hands them to the producer. A record
 leaves the outbox only once librdkafka has taken it (a full local queue keeps it here), and comes
@@ -15,18 +15,16 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
-from workers.kafka.typed import BusError, TypedProducer
+from workers.bus import BusProducer, Record
+from workers.kafka.errors import BusError
 
 log = logging.getLogger(__name__)
-Record = dict[str, Any]
 
 
 class Outbox:
-    def __init__(self, owner: str, *, on_fatal: Callable[[], None]) -> None:
+    def __init__(self, owner: str) -> None:
         self.owner = owner  # for the log
-        self._on_fatal = on_fatal  # librdkafka gave up on the producer: the manager rebuilds it
         self._records: deque[tuple[str, str, Record]] = deque()
         self._lock = threading.Lock()
 
@@ -39,15 +37,26 @@ class Outbox:
         with self._lock:
             self._records.append((topic, key, record))
 
-    def publish(self, producer: TypedProducer) -> None:
-        """Hand every queued record to ``producer``, oldest first, until it refuses one (loop thread)."""
+    def queued(self) -> list[Record]:
+        """The records waiting, oldest first."""
+        with self._lock:
+            return [record for _, _, record in self._records]
+
+    def clear(self) -> None:
+        """Forget every queued record (a bench without a broker)."""
+        with self._lock:
+            self._records.clear()
+
+    def publish(self, producer: BusProducer, *, on_fatal: Callable[[], None]) -> None:
+        """Hand every queued record to ``producer``, oldest first, until it refuses one (loop thread).
+        ``on_fatal``: a delivery failed because the producer is unusable (the manager rebuilds it)."""
         while True:
             with self._lock:
                 if not self._records:
                     return
                 topic, key, record = self._records[0]  # other threads only append
             try:
-                delivered = functools.partial(self._delivered, topic, key, record)
+                delivered = functools.partial(self._delivered, on_fatal, topic, key, record)
                 producer.send(topic, key, record, on_delivery=delivered)
             except BusError as exc:
                 log.warning("%s: outbox kept (%d records): %s", self.owner, len(self), exc)
@@ -59,10 +68,12 @@ class Outbox:
             with self._lock:
                 self._records.popleft()
 
-    def _delivered(self, topic: str, key: str, record: Record, error: BusError | None) -> None:
+    def _delivered(
+        self, on_fatal: Callable[[], None], topic: str, key: str, record: Record, error: BusError | None
+    ) -> None:
         if error is None:
             return
         log.warning("%s: delivery to %s failed, re-queued: %s", self.owner, topic, error)
         self.put(topic, key, record)
         if error.fatal:
-            self._on_fatal()
+            on_fatal()
