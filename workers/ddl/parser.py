@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
 MODES = ("COMPLETE", "FAST", "FORCE")
 DEFAULT_MODE = "FORCE"
 DEFAULT_INTERVAL_MS = 60_000  # EVERY 1 MINUTE, also the default MV-log purge interval
 DEFAULT_PURGE_INTERVAL_MS = DEFAULT_INTERVAL_MS
-MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of T in the table T__mlog
 
 UNIT_MS = {
     "SECOND": 1_000,

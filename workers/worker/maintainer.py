@@ -28,6 +28,10 @@ from workers.sched.executor import BoundedExecutor, CancelToken, Priority, RunOu
 from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.runs import TaskGauges
 from workers.sched.triggers import EVERY, MIN_RUN_SPACING_S, ON_CHANGE, data_lag_s, next_refresh_due
+from workers.worker.decision import Decision, unchanged
+from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
+from workers.worker.request import with_plan
+from workers.worker.run_records import run_record, run_summary
 from workers.worker.runner import Runner, RunResult
 
 if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only calls it
@@ -40,52 +44,8 @@ SCHEDULE, MANUAL = "SCHEDULE", "MANUAL"  # RunRecord.trigger: the clock, or a RE
 _URGENCY = {MANUAL: 0, SCHEDULE: 1}  # which trigger a coalesced re-run keeps
 # Reasons of validate_next_due that mean a bug or a bad record (not just "due now"): worth a warning.
 _INVALID_DUE = frozenset({"missing", "nan", "zero", "too_far"})
-
-
-# -- messages ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Due:
-    pass
-
-
-@dataclass(frozen=True)
-class Command:
-    record: Record  # a MaintainerCommand
-
-
-@dataclass(frozen=True)
-class Update:
-    task: Record  # a newer TaskRecord from ADD_MAINTAINER
-
-
-@dataclass(frozen=True)
-class RunStarted:
-    run: RunContext
-    started: float  # scheduling clock, when the body began
-
-
-@dataclass(frozen=True)
-class RunFinished:
-    run: RunContext
-    outcome: RunOutcome
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-@dataclass(frozen=True)
-class RunContext:
-    run_id: str
-    epoch: int
-    trigger: str
-    queued_ms: int  # wall clock at submission; the RUNNING record carries the real start
-    watermark_before: dict[str, int]
-
-    @property
-    def job_group(self) -> str:
-        return f"mvs-{self.run_id}"
+# The messages are defined with the mailbox; the manager imports them from here too.
+__all__ = ["Command", "Due", "Maintainer", "MaintainerEnv", "RunFinished", "RunStarted", "Stop", "Update"]
 
 
 @dataclass
@@ -124,6 +84,8 @@ class Maintainer:
     last_duration: float | None = None  # of the last successful run (TARGET_LAG's margin)
 
     def __post_init__(self) -> None:
+        self.task = with_plan(self.task)  # the query's analysis, once per task: runs never parse it
+        # The watermark is the record's ``checkpoint`` field (TaskRecord, MaintainerStatus).
         self.watermark = dict(self.task.get("checkpoint") or {})
         self.safepoint = self.task.get("safepoint")
         self.error = self.task.get("error")
@@ -198,7 +160,7 @@ class Maintainer:
     def _on_update(self, task: Record) -> None:
         if task["epoch"] <= self.task["epoch"]:
             return  # a replayed or stale command: the maintainer already has this epoch or newer
-        self.task = task
+        self.task = with_plan(task)
         self.attempt = 0
         self.error = task.get("error")
         self.safepoint = task.get("safepoint", self.safepoint)
@@ -223,12 +185,13 @@ class Maintainer:
         now = self.env.clock.monotonic()
         run_id, wall_ms = uuid.uuid4().hex[:16], self.env.clock.wall_ms()
         run = RunContext(run_id, self.task["epoch"], trigger, wall_ms, dict(self.watermark))
-        if self.task["kind"] == "MV" and self._unchanged():
+        skip = self._skip_unchanged() if self.task["kind"] == "MV" else None
+        if skip is not None:
             # The MV reflects the base tables as they are now: fresh as of now, nothing to run.
             self.last_started = self.data_time = now
             silent = trigger == SCHEDULE and self._trigger_kind() == ON_CHANGE
             if not silent:  # an ON CHANGE poll just looks again; any other due refresh says so
-                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message="skipped: no change")
+                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message=skip.reason)
                 if self.env.metrics is not None:
                     self.env.metrics.record_skip("no_change")
             self._schedule_next(notify=not silent)
@@ -272,14 +235,16 @@ class Maintainer:
             return Priority.PURGE
         return Priority.CHANGE if self._trigger_kind() in (ON_CHANGE, "TARGET_LAG") else Priority.PERIODIC
 
-    def _unchanged(self) -> bool:
-        """True when the base tables are still at the versions the MV already reflects (no Spark job)."""
+    def _skip_unchanged(self) -> Decision | None:
+        """The decision's SKIP (``workers.worker.decision.unchanged``) when the base tables are still
+        at the versions this epoch's last run left the MV at: no Spark job, no run submitted."""
         if self.watermark_epoch != self.task["epoch"] or not self.watermark:
-            return False
+            return None  # restored or superseded: the run reads what the MV table reflects
         try:
-            return self.env.runner.base_versions(self.task["mv"]["base_tables"]) == self.watermark
+            versions = self.env.runner.base_versions(self.task["mv"]["base_tables"])
         except MvsError:
-            return False  # let the run report the missing table
+            return None  # let the run report the missing table
+        return unchanged(versions, self.watermark)
 
     def _current(self, run: RunContext) -> RunContext | None:
         """The maintainer's context of ``run`` (its trigger may have been raised), or None if stale."""
@@ -373,25 +338,19 @@ class Maintainer:
         error: Record | None = None,
     ) -> None:
         ended = None if state in ("PENDING", "RUNNING") else self.env.clock.wall_ms()
-        summary = {
-            "run_id": run.run_id,
-            "trigger": run.trigger,
-            "state": state,
-            "started_at": run.queued_ms if started_ms is None else started_ms,
-            "ended_at": ended,
-            "rows_written": rows,
-            "message": message or (error or {}).get("message"),
-        }
-        self.last_run = summary
-        record = {
-            **summary,
-            "task_id": self.task_id,
-            "epoch": run.epoch,
-            "worker_id": self.env.worker_id,
-            "watermark_before": run.watermark_before,
-            "watermark_after": dict(after or run.watermark_before),
-            "error": error,
-        }
+        record = run_record(
+            run,
+            state,
+            task_id=self.task_id,
+            worker_id=self.env.worker_id,
+            started_ms=started_ms,
+            ended_ms=ended,
+            rows=rows,
+            after=after,
+            message=message,
+            error=error,
+        )
+        self.last_run = run_summary(record)
         self.env.publish("runs", self.task_id, record)
         self.env.status_changed(self.task_id)
 
@@ -468,7 +427,7 @@ class Maintainer:
             "task_id": self.task_id,
             "epoch": self.task["epoch"],
             "state": self.task["state"],
-            "checkpoint": dict(self.watermark),
+            "checkpoint": dict(self.watermark),  # MaintainerStatus names the watermark so
             "last_run": self.last_run,
             "next_run_at": next_run_at,
             "error": self.error,
