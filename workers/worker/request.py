@@ -40,6 +40,8 @@ class RunRequest:
         """The request of a refresh of MV ``task`` (a TaskRecord whose ``mv.plan`` is set: see
         ``with_plan``) reading the base tables at ``pinned``."""
         spec = task["mv"]
+        if spec.get("plan") is None:
+            raise ValueError(f"{task['task_id']} has no query plan: the maintainer adds it (with_plan)")
         return cls(
             task_id=task["task_id"],
             mv_name=task["name"],

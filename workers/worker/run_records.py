@@ -1,11 +1,14 @@
 """The history of a run as records (seed 001): the RunRecord a maintainer publishes on the runs
-topic at each step (PENDING, RUNNING, then COMPLETED / SKIPPED / ERROR / CANCELED), and the
-RunSummary of it that the task's status carries."""
+topic at each step (PENDING, RUNNING, then COMPLETED / SKIPPED / ERROR / CANCELED), the RunSummary
+of it that the task's status carries, and what an executor outcome means for the record."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from workers.catalog.errors import ErrorCode, MvsError
+from workers.jobs.errors import RunCancelled
+from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext
 
 Record = dict[str, Any]
@@ -48,3 +51,22 @@ def run_record(
 def run_summary(record: Record) -> Record:
     """The RunSummary (``last_run`` of a status) of a RunRecord."""
     return {key: record[key] for key in _SUMMARY_FIELDS}
+
+
+def was_cancelled(outcome: RunOutcome) -> bool:
+    """Cancelled (a CANCEL command, a newer epoch, a stop), not timed out."""
+    return not outcome.timed_out and (outcome.canceled or isinstance(outcome.error, RunCancelled))
+
+
+def run_failure(outcome: RunOutcome, timeout_s: float) -> MvsError | None:
+    """The coded error of a failed run, None when it completed or was cancelled. A timeout is
+    retryable storage trouble; an exception without a code is a crash of ours."""
+    if outcome.timed_out:
+        return MvsError(
+            ErrorCode.STORAGE_UNAVAILABLE, f"run exceeded its timeout of {timeout_s:g}s and was cancelled"
+        )
+    if was_cancelled(outcome) or outcome.error is None:
+        return None
+    if isinstance(outcome.error, MvsError):
+        return outcome.error
+    return MvsError(ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
