@@ -109,6 +109,16 @@ def test_the_coordinator_stores_its_analysis_and_ignores_a_producers() -> None:
     assert altered["mv"]["plan"] == task["mv"]["plan"] and altered["epoch"] == task["epoch"] + 1
 
 
+def test_alter_to_fast_is_checked_against_the_stored_analysis(parses: list[str]) -> None:
+    tasks: dict[str, Any] = {}
+    _apply(f"CREATE MATERIALIZED VIEW v REFRESH FORCE AS {QUERIES[2]}", tasks)
+    before = parses.count(QUERIES[2])  # mvs sql checks the query, the coordinator analyses it
+    effects = handle_ddl(parse_statement("ALTER MATERIALIZED VIEW v REFRESH FAST"), tasks, CTX)
+    (result,) = effects.results
+    assert not result["accepted"] and "ORDER BY is not supported" in result["error"]["message"]
+    assert parses.count(QUERIES[2]) == before
+
+
 # -- the request -------------------------------------------------------------------------------------
 def _request(
     mode: str = "FORCE", query: str = QUERIES[1], pinned: dict[str, int] | None = None

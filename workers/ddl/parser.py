@@ -17,6 +17,7 @@ from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
+from workers.ddl.plan import plan_from_record
 from workers.ddl.query import QueryInfo, analyze_query
 
 SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
@@ -113,10 +114,12 @@ def apply_alter(current: Mapping[str, Any], event: Mapping[str, Any]) -> dict[st
     if query == "":
         query, base_tables = current["query"], current["base_tables"]
     if mode == "FAST":
-        info = analyze_query(query)
-        if info.fast_refresh is None:
+        # The analysis stored with the task (MvSpec.plan) when the query is the same.
+        stored = current.get("plan") if query == current["query"] else None
+        plan = plan_from_record(stored) if stored is not None else analyze_query(query).plan
+        if plan.fast_refresh is None:
             raise InvalidQueryError(
-                f"REFRESH FAST is not possible for {event.get('name')}: {info.fast_reason}"
+                f"REFRESH FAST is not possible for {event.get('name')}: {plan.fast_reason}"
             )
     return {"query": query, "refresh_mode": mode, "trigger": dict(trigger), "base_tables": list(base_tables)}
 
