@@ -3,8 +3,9 @@
 This is the only package that imports sqlglot; everything else sees plain dicts and dataclasses.
 """
 
+from workers.ddl.alter import apply_alter
 from workers.ddl.errors import DdlError, DdlSyntaxError, InvalidQueryError
-from workers.ddl.parser import apply_alter, parse_statement
+from workers.ddl.parser import parse_statement
 from workers.ddl.plan import (
     AggregateItem,
     FastRefreshPlan,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,6 @@ from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
-from workers.ddl.plan import plan_from_record
 from workers.ddl.query import QueryInfo, analyze_query
 
 SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
@@ -95,33 +93,10 @@ def parse_statement(
     }
 
 
-def apply_alter(current: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
-    """The MvSpec that results from applying an ALTER_MV ``event`` to the ``current`` MvSpec.
-
-    Only the clauses the statement spelled out change (re-read from ``event["sql"]``; an event without
-    sql replaces mode and trigger wholesale). Raises ``InvalidQueryError`` when the result asks for
-    REFRESH FAST on a query that cannot be refreshed incrementally.
-    """
-    if event.get("action") != "ALTER_MV" or event.get("mv") is None:
-        raise ValueError("apply_alter needs an ALTER_MV event")
-    new = event["mv"]
-    mode, trigger = new["refresh_mode"], new["trigger"]
-    if event.get("sql"):
-        parsed = _Parser(event["sql"]).statement()
-        mode = mode if parsed.mode_given else current["refresh_mode"]
-        trigger = trigger if parsed.trigger_given else current["trigger"]
-    query, base_tables = new["query"], new["base_tables"]
-    if query == "":
-        query, base_tables = current["query"], current["base_tables"]
-    if mode == "FAST":
-        # The analysis stored with the task (MvSpec.plan) when the query is the same.
-        stored = current.get("plan") if query == current["query"] else None
-        plan = plan_from_record(stored) if stored is not None else analyze_query(query).plan
-        if plan.fast_refresh is None:
-            raise InvalidQueryError(
-                f"REFRESH FAST is not possible for {event.get('name')}: {plan.fast_reason}"
-            )
-    return {"query": query, "refresh_mode": mode, "trigger": dict(trigger), "base_tables": list(base_tables)}
+def given_clauses(sql: str) -> tuple[bool, bool]:
+    """Whether ALTER statement ``sql`` spells out (its refresh mode, its trigger)."""
+    parsed = _Parser(sql).statement()
+    return parsed.mode_given, parsed.trigger_given
 
 
 class _Parser:
