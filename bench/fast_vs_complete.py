@@ -23,6 +23,7 @@ from workers.jobs.mvlog import create_mv_log
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append
 from workers.warehouse import table_path
+from workers.worker.request import with_plan
 from workers.worker.runner import SparkRunner
 
 QUERIES = {
@@ -69,14 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark(settings)
     runner = SparkRunner(settings)
     _base(spark, settings, args.rows)
-    tasks = {
-        (kind, mode): mv_task(
-            f"{kind}_{mode.lower()}",
-            trigger="ON_DEMAND",
-            interval_ms=None,
-            query=query,
-            base_tables=["sales"],
-            refresh_mode=mode,
+    tasks = {  # with the query's plan, as the coordinator stores it (the maintainer's with_plan)
+        (kind, mode): with_plan(
+            mv_task(
+                f"{kind}_{mode.lower()}",
+                trigger="ON_DEMAND",
+                interval_ms=None,
+                query=query,
+                base_tables=["sales"],
+                refresh_mode=mode,
+            )
         )
         for kind, query in QUERIES.items()
         for mode in ("FAST", "COMPLETE")

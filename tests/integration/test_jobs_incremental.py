@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl.query import analyze_query
+from workers.ddl import analyze_query, plan_record
 from workers.jobs import incremental, mvlog, refresh, tables
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.metadata import EPOCH_SHIFT, txn_version
+from workers.worker.decision import decide
+from workers.worker.runner import RunResult, SparkRunner
 
 pytestmark = pytest.mark.integration
 
@@ -49,54 +52,40 @@ def _base(spark: Any, settings: Settings, rows: list[dict[str, Any]], *, mv_log:
 
 
 def _complete(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1, run: str = "c") -> Any:
-    return refresh.refresh_complete(
-        spark,
-        settings,
-        task_id=f"mv:{mv}",
-        mv_name=mv,
-        query=query,
-        base_tables=["sales"],
-        epoch=epoch,
-        run_id=run,
-        job_group=f"{mv}-{run}-{epoch}",
-    )
+    return refresh.refresh_complete(spark, settings, run_request(settings, mv, query, epoch=epoch, run=run))
 
 
 def _fast(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1, run: str) -> Any:
-    plan = analyze_query(query).fast_refresh
-    assert plan is not None
-    return incremental.refresh_incremental(
-        spark,
-        settings,
-        task_id=f"mv:{mv}",
-        mv_name=mv,
-        query=query,
-        plan=plan,
-        epoch=epoch,
-        run_id=run,
-        job_group=f"{mv}-{run}-{epoch}",
-    )
+    request = run_request(settings, mv, query, mode="FAST", epoch=epoch, run=run)
+    assert request.plan.fast_refresh is not None
+    return incremental.refresh_incremental(spark, settings, request)
 
 
-def _by_mode(spark: Any, settings: Settings, mv: str, query: str, *, run: str) -> tuple[str, Any]:
-    return incremental.refresh_with_mode(
-        spark,
-        settings,
-        mode="FORCE",
-        task_id=f"mv:{mv}",
-        mv_name=mv,
-        query=query,
-        base_tables=["sales"],
-        plan=analyze_query(query).fast_refresh,
-        epoch=1,
-        run_id=run,
-        job_group=f"{mv}-{run}",
-    )
+def _by_mode(spark: Any, settings: Settings, mv: str, query: str, *, run: str) -> RunResult:
+    """A FORCE refresh the way a worker runs it: pin, decide, run the job (``SparkRunner.refresh``)."""
+    runner = SparkRunner(settings)
+    runner._spark = spark  # the session the tests share
+    spec = {
+        "query": query,
+        "refresh_mode": "FORCE",
+        "base_tables": ["sales"],
+        "plan": plan_record(analyze_query(query).plan),
+    }
+    task = {"task_id": f"mv:{mv}", "name": mv, "kind": "MV", "epoch": 1, "mv": spec}
+    return runner.refresh(task, run_id=run, job_group=f"{mv}-{run}")
 
 
 def _choose(spark: Any, settings: Settings, mv: str, query: str, mode: str = "FORCE") -> tuple[str, str]:
-    plan = analyze_query(query).fast_refresh
-    return incremental.choose_refresh(spark, settings, mode=mode, mv_name=mv, query=query, plan=plan)
+    """What the worker's decision says for a run now: (DecisionKind value, reason)."""
+    request = run_request(settings, mv, query, mode=mode)
+    current = refresh.read_watermark(spark, settings, mv)
+    reflected = current.watermark if current is not None else None
+    decision = decide(request, reflected, lambda: incremental.fast_refresh_blocker(spark, settings, request))
+    return decision.kind.value, decision.reason
+
+
+def _blocker(spark: Any, settings: Settings, mv: str, query: str) -> str | None:
+    return incremental.fast_refresh_blocker(spark, settings, run_request(settings, mv, query, mode="FAST"))
 
 
 def _rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
@@ -131,9 +120,11 @@ def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings)
     assert _complete(spark, s, "mv_p", PROJECTION).applied  # watermark v1 (v1 enabled CDF)
 
     tables.append(spark, s, "sales", [_row(6, "eu", 5), _row(7, "ap", 0)])  # v2: inserts only
-    kind, appended = _by_mode(spark, s, "mv_p", PROJECTION, run="i1")
-    assert kind == "FAST"
-    assert appended.applied and "2 change rows applied" in appended.message and "appended" in appended.message
+    appended = _by_mode(spark, s, "mv_p", PROJECTION, run="i1")
+    assert appended.state == "COMPLETED" and appended.message is not None
+    assert (
+        appended.message.startswith("incremental: 2 change rows applied") and "appended" in appended.message
+    )
     assert appended.watermark_before == {"sales": 1} and appended.watermark_after == {"sales": 2}
     assert _rows(spark, s, "mv_p") == _query_at(spark, s, PROJECTION, 2)
     assert _rows(spark, s, "mv_p").count(("eu", 50)) == 3
@@ -210,7 +201,7 @@ def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings)
         assert _rows(spark, s, mv) == _query_at(spark, s, AGGREGATES[mv], 4), mv
 
 
-def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:
+def test_the_decision_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:
     s = local_settings
     sums = AGGREGATES["mv_sums"]
     _base(spark, s, [_row(1, "eu", 5), _row(2, "us", 3)], mv_log=False)  # v0
@@ -220,12 +211,13 @@ def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Sett
     assert kind == "COMPLETE" and why == "complete: fast refresh is not possible: ORDER BY is not supported"
 
     assert _complete(spark, s, "mv_f", sums).applied  # watermark v0
-    assert _choose(spark, s, "mv_f", sums) == ("COMPLETE", "complete: no MV log on sales")
+    assert _choose(spark, s, "mv_f", sums) == ("SKIP", "skipped: no change")  # the MV is at v0 too
+    assert _blocker(spark, s, "mv_f", sums) == "complete: no MV log on sales"
     with pytest.raises(ChangesNotRetained, match="no MV log on sales"):
         _fast(spark, s, "mv_f", sums, run="f1")
 
     mvlog.create_mv_log(spark, s, "sales")  # v1: the log starts right after the watermark
-    assert _choose(spark, s, "mv_f", sums) == ("FAST", "fast: changes of sales after v0 up to v1")
+    assert _choose(spark, s, "mv_f", sums) == ("INCREMENTAL", "fast: changes of sales after v0 up to v1")
     other = "SELECT region, COUNT(*) AS n FROM sales GROUP BY region"  # an ALTERed query
     kind, why = _choose(spark, s, "mv_f", other)
     assert kind == "COMPLETE" and "columns (region string, n bigint, n_amount bigint" in why
@@ -236,13 +228,13 @@ def test_choose_refresh_says_why_and_falls_back(spark: Any, local_settings: Sett
     assert mvlog.purge(spark, s, "sales", safepoint=3).rows_deleted == 1  # v2's change row is gone
     expected = ("COMPLETE", "complete: change data before v3 was purged")
     assert _choose(spark, s, "mv_f", sums, mode="FAST") == expected
-    kind, result = _by_mode(spark, s, "mv_f", sums, run="f2")
-    assert kind == "COMPLETE" and result.applied
+    result = _by_mode(spark, s, "mv_f", sums, run="f2")
+    assert result.state == "COMPLETED" and result.message is not None
     assert result.message.startswith("complete: change data before v3 was purged; wrote 2 rows")
 
     # Caught up again: the next refresh is incremental.
     tables.append(spark, s, "sales", [_row(4, "us", 9)])  # v4
-    assert _choose(spark, s, "mv_f", sums) == ("FAST", "fast: changes of sales after v3 up to v4")
+    assert _choose(spark, s, "mv_f", sums) == ("INCREMENTAL", "fast: changes of sales after v3 up to v4")
 
 
 def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: Settings) -> None:
@@ -256,7 +248,7 @@ def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: S
     # A new owner (epoch 3) has started: its first step fences the MV for its epoch. The old owner
     # (epoch 2) still read epoch 1's watermark, computes its MERGE, and Delta skips the commit.
     mv_version = warehouse.latest_version(s, "mv_s")
-    incremental._fence(spark, s, "mv:mv_s", "mv_s", 3, "new-owner", 2)
+    incremental._fence(spark, s, run_request(s, "mv_s", sums, epoch=3, run="new-owner"), 2)
     fence = tables.delta_history(spark, s, "mv_s")[0]
     assert (
         fence["txn"] == [{"appId": "mv:mv_s", "version": 3 * EPOCH_SHIFT}]

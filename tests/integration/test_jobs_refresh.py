@@ -12,11 +12,15 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import wait_until
+from tests.integration.run_requests import run_request
 from workers import warehouse
+from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
+from workers.ddl import QueryPlan, plan_record
 from workers.jobs import refresh, tables
-from workers.jobs.errors import RunCancelled, TableNotFound
+from workers.jobs.errors import RunCancelled
 from workers.jobs.metadata import txn_version
+from workers.worker.runner import SparkRunner
 
 pytestmark = pytest.mark.integration
 
@@ -32,19 +36,9 @@ def _refresh(
     epoch: int = 1,
     run: str,
     query: str = QUERY,
-    bases: tuple[str, ...] = ("sales",),
 ) -> refresh.RefreshResult:
-    return refresh.refresh_complete(
-        spark,
-        settings,
-        task_id=f"mv:{mv}",
-        mv_name=mv,
-        query=query,
-        base_tables=list(bases),
-        epoch=epoch,
-        run_id=run,
-        job_group=f"{mv}-{run}",
-    )
+    request = run_request(settings, mv, query, epoch=epoch, run=run, job_group=f"{mv}-{run}", bases=["sales"])
+    return refresh.refresh_complete(spark, settings, request)
 
 
 def _rows(spark: Any, settings: Settings, name: str) -> list[tuple[Any, ...]]:
@@ -113,8 +107,16 @@ def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> 
 
 
 def test_missing_base_table_is_reported(spark: Any, local_settings: Settings) -> None:
-    with pytest.raises(TableNotFound, match="nope"):
-        _refresh(spark, local_settings, "mv_c", run="r1", query="SELECT * FROM nope", bases=("nope",))
+    """The runner pins the bases before any job: a missing one is a coded error naming it."""
+    runner = SparkRunner(local_settings)
+    runner._spark = spark  # the session the tests share
+    plan = plan_record(QueryPlan(None, "not analysed"))
+    spec = {"query": "SELECT * FROM nope", "refresh_mode": "COMPLETE", "base_tables": ["nope"], "plan": plan}
+    task = {"task_id": "mv:mv_c", "name": "mv_c", "kind": "MV", "epoch": 1, "mv": spec}
+    with pytest.raises(MvsError, match="base table nope does not exist") as raised:
+        runner.refresh(task, run_id="r1", job_group="mv_c-r1")
+    assert raised.value.code is ErrorCode.NOT_FOUND
+    assert not warehouse.table_exists(local_settings, "mv_c")
 
 
 def test_concurrent_refreshes_of_two_mvs_do_not_clash(spark: Any, local_settings: Settings) -> None:

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.allowlist import BUILTIN_FUNCTIONS
 from workers.ddl.query import analyze_query
 from workers.jobs import mvlog, refresh, tables
 from workers.jobs.guard import QueryRefused
-from workers.jobs.incremental import refresh_with_mode
+from workers.jobs.incremental import fast_refresh_blocker, refresh_incremental
 from workers.jobs.session import run_session
 
 pytestmark = pytest.mark.integration
@@ -33,17 +34,9 @@ ROWS = [
 def _refresh(
     spark: Any, s: Settings, query: str, *, mv: str = "mv", bases: tuple[str, ...] = ("sales",)
 ) -> Any:
-    return refresh.refresh_complete(
-        spark,
-        s,
-        task_id=f"mv:{mv}",
-        mv_name=mv,
-        query=query,
-        base_tables=list(bases),
-        epoch=1,
-        run_id="r1",
-        job_group=f"{mv}-r1",
-    )
+    """A complete refresh of a query the coordinator never saw (not analysed)."""
+    request = run_request(s, mv, query, job_group=f"{mv}-r1", bases=bases)
+    return refresh.refresh_complete(spark, s, request)
 
 
 @pytest.fixture
@@ -109,20 +102,26 @@ def test_a_query_reading_the_mv_itself_is_refused(spark: Any, sales: Settings) -
 
 
 def test_fast_refresh_path_is_guarded_too(spark: Any, sales: Settings) -> None:
+    """A record whose plan does not match its query (forged, or from a buggy coordinator): the
+    incremental path runs the query through the same guard before using it."""
+    mvlog.create_mv_log(spark, sales, "sales")
+    assert _refresh(spark, sales, "SELECT id AS r FROM sales").applied
+    tables.append(spark, sales, "sales", ROWS[:1])
+    forged = run_request(sales, "mv", "SELECT id AS r FROM sales", mode="FORCE").plan
+    assert forged.fast_refresh is not None
+    request = run_request(
+        sales,
+        "mv",
+        "SELECT reflect('java.lang.Runtime', 'getRuntime') AS r FROM sales",
+        mode="FORCE",
+        bases=["sales"],
+        plan=forged,
+        run="r2",
+    )
     with pytest.raises(QueryRefused, match="function reflect"):
-        refresh_with_mode(
-            spark,
-            sales,
-            mode="FORCE",
-            task_id="mv:mv",
-            mv_name="mv",
-            query="SELECT reflect('java.lang.Runtime', 'getRuntime') AS r FROM sales",
-            base_tables=["sales"],
-            plan=None,
-            epoch=1,
-            run_id="r1",
-            job_group="mv-fast-r1",
-        )
+        fast_refresh_blocker(spark, sales, request)
+    with pytest.raises(QueryRefused, match="function reflect"):
+        refresh_incremental(spark, sales, request)
 
 
 # Texts that sqlglot (re-rendering) and Spark could read differently: the MV must hold what Spark
@@ -215,24 +214,17 @@ def test_fast_refresh_applies_the_where_as_spark_reads_it(spark: Any, local_sett
     )
     plan = analyze_query(query).fast_refresh
     assert plan is not None and plan.where == "s.sales <> 'it''s' AND s.amount > 0"
-    common: dict[str, Any] = {
-        "mode": "FORCE",
-        "task_id": "mv:mv",
-        "mv_name": "mv",
-        "query": query,
-        "base_tables": ["sales"],
-        "plan": plan,
-        "epoch": 1,
-    }
-    assert refresh_with_mode(spark, s, run_id="r1", job_group="mv-r1", **common)[0] == "COMPLETE"
+    assert refresh.refresh_complete(spark, s, run_request(s, "mv", query, mode="FORCE")).applied
     tables.append(
         spark,
         s,
         "sales",
         [{**row, "id": 3, "amount": 3, "sales": "its"}, {**row, "id": 4, "amount": 4, "sales": "it's"}],
     )
-    kind, result = refresh_with_mode(spark, s, run_id="r2", job_group="mv-r2", **common)
-    assert kind == "FAST" and result.applied, result.message
+    request = run_request(s, "mv", query, mode="FORCE", run="r2")
+    assert fast_refresh_blocker(spark, s, request) is None
+    result = refresh_incremental(spark, s, request)
+    assert result.applied and result.message.startswith("incremental:"), result.message
     session = run_session(spark)
     version = result.watermark_after["sales"]
     pinned = (

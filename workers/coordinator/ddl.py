@@ -28,11 +28,11 @@ from workers.coordinator.effects import (
     new_task,
     safepoint_for,
 )
-from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter
+from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record
+from workers.ddl.parser import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 DEFAULT_PURGE_INTERVAL_MS = 60_000
 # Longest message in a DdlResult: a refusal quoting a producer's input stays readable.
 MAX_MESSAGE_CHARS = 1000
@@ -131,7 +131,8 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
         raise _invalid(
             f"REFRESH FAST is not possible for {name}: {info.fast_reason}; use REFRESH COMPLETE or FORCE"
         )
-    return {**spec, "base_tables": list(info.base_tables)}
+    # The analysis travels with the task: workers read the plan from the record, never the SQL.
+    return {**spec, "base_tables": list(info.base_tables), "plan": plan_record(info.plan)}
 
 
 def _check_mv_name_is_free(name: str, tasks: Mapping[str, Record], ctx: Context) -> None:
@@ -257,7 +258,9 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
         raise _invalid(str(exc)) from exc
     spec = checked_mv_spec(spec)
     if spec["query"] == task["mv"]["query"]:
-        return {**spec, "base_tables": list(task["mv"]["base_tables"])}
+        # Same query, same analysis; a record from before plans were stored gets one now.
+        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"]).plan)
+        return {**spec, "base_tables": list(task["mv"]["base_tables"]), "plan": plan}
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 
 

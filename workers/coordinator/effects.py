@@ -88,7 +88,7 @@ def new_task(
         "state": TaskState.NORMAL.value,
         "epoch": 1,
         "error": None,
-        "checkpoint": {},
+        "checkpoint": {},  # the watermark (base table -> Delta version): its record field name
         "safepoint": None,
         "owner": None,
         "last_run": None,
@@ -110,7 +110,7 @@ def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
         if task["kind"] != "MV" or task["state"] == TaskState.FAILED.value or task.get("mv") is None:
             continue
         if base_table in task["mv"]["base_tables"]:
-            marks.append(task["checkpoint"].get(base_table, 0))
+            marks.append(task["checkpoint"].get(base_table, 0))  # the MV's watermark
     return min(marks) if marks else None
 
 

@@ -5,7 +5,7 @@ together with the offset of the record that caused it. The decisions live in ``d
 and ``heartbeats`` (worker statuses, liveness); what they share in ``effects``.
 """
 
-from workers.coordinator.ddl import SCHEMA_VERSION, handle_ddl
+from workers.coordinator.ddl import handle_ddl
 from workers.coordinator.effects import (
     Context,
     Effects,
@@ -24,6 +24,7 @@ from workers.coordinator.heartbeats import (
     refresh_safepoints,
     restart_silent_tasks,
 )
+from workers.ddl.parser import SCHEMA_VERSION  # of DdlEvent, defined with the grammar that writes them
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -3,9 +3,17 @@
 This is the only package that imports sqlglot; everything else sees plain dicts and dataclasses.
 """
 
+from workers.ddl.alter import apply_alter
 from workers.ddl.errors import DdlError, DdlSyntaxError, InvalidQueryError
-from workers.ddl.fast import AggregateItem, FastRefreshPlan, SelectItem
-from workers.ddl.parser import apply_alter, parse_statement
+from workers.ddl.parser import parse_statement
+from workers.ddl.plan import (
+    AggregateItem,
+    FastRefreshPlan,
+    QueryPlan,
+    SelectItem,
+    plan_from_record,
+    plan_record,
+)
 from workers.ddl.query import QueryInfo, analyze_query
 
 __all__ = [
@@ -15,8 +23,11 @@ __all__ = [
     "FastRefreshPlan",
     "InvalidQueryError",
     "QueryInfo",
+    "QueryPlan",
     "SelectItem",
     "analyze_query",
     "apply_alter",
     "parse_statement",
+    "plan_from_record",
+    "plan_record",
 ]

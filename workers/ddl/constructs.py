@@ -21,9 +21,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from workers.ddl.allowlist import BUILTIN_FUNCTIONS, allowed_functions, refusal
+from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
-
-DIALECT = "spark"
 
 # Query structure, operators and literals: none of these call code or read anything but their inputs.
 _ALLOWED_NODES: frozenset[type[exp.Expr]] = frozenset(

@@ -14,15 +14,15 @@ Everything else is refused with a reason the user can act on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 import sqlglot
 from sqlglot import TokenType, exp
 
-DIALECT = "spark"
+from workers.ddl.dialect import DIALECT
+from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
 
-FastKind = Literal["projection", "aggregate"]
+__all__ = ["AggregateItem", "FastRefreshPlan", "SelectItem", "plan_fast_refresh"]
 
 _AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Sum: "SUM",
@@ -84,50 +84,6 @@ _CLAUSE_MESSAGES = {
     "sample": "TABLESAMPLE is not supported",
     "version": "time travel (VERSION/TIMESTAMP AS OF) is not supported",
 }
-
-
-@dataclass(frozen=True)
-class SelectItem:
-    """One output column: its name (lower case), its expression, and the source column if it is one."""
-
-    name: str
-    sql: str
-    column: str | None
-
-
-@dataclass(frozen=True)
-class AggregateItem:
-    """An aggregate output column; ``column`` is None for COUNT(*)."""
-
-    function: str  # SUM | COUNT | AVG | MIN | MAX
-    column: str | None
-    name: str
-    needs_recompute_on_delete: bool
-
-
-@dataclass(frozen=True)
-class FastRefreshPlan:
-    """How to apply MV-log change rows of ``base_table`` to the MV (names lower case).
-
-    ``items`` lists every output column in order (aggregates included, as SQL); ``aggregates`` repeats
-    the aggregate ones in structured form; ``where`` is the filter to apply to change rows (columns
-    may be qualified by ``qualifier``).
-    """
-
-    kind: FastKind
-    base_table: str
-    group_by: tuple[str, ...]
-    items: tuple[SelectItem, ...]
-    aggregates: tuple[AggregateItem, ...]
-    where: str | None
-    # The name the query reads the table by (its alias, else its name), which qualified columns in
-    # ``where`` use. ``where`` is the user's own text of the WHERE condition (when the query text was
-    # given), so Spark reads it exactly as in the query, never a re-rendering.
-    qualifier: str = ""
-
-    @property
-    def needs_recompute_on_delete(self) -> bool:
-        return any(a.needs_recompute_on_delete for a in self.aggregates)
 
 
 class _NotEligible(Exception):

@@ -9,21 +9,20 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
 MODES = ("COMPLETE", "FAST", "FORCE")
 DEFAULT_MODE = "FORCE"
 DEFAULT_INTERVAL_MS = 60_000  # EVERY 1 MINUTE, also the default MV-log purge interval
 DEFAULT_PURGE_INTERVAL_MS = DEFAULT_INTERVAL_MS
-MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of T in the table T__mlog
 
 UNIT_MS = {
     "SECOND": 1_000,
@@ -94,31 +93,10 @@ def parse_statement(
     }
 
 
-def apply_alter(current: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
-    """The MvSpec that results from applying an ALTER_MV ``event`` to the ``current`` MvSpec.
-
-    Only the clauses the statement spelled out change (re-read from ``event["sql"]``; an event without
-    sql replaces mode and trigger wholesale). Raises ``InvalidQueryError`` when the result asks for
-    REFRESH FAST on a query that cannot be refreshed incrementally.
-    """
-    if event.get("action") != "ALTER_MV" or event.get("mv") is None:
-        raise ValueError("apply_alter needs an ALTER_MV event")
-    new = event["mv"]
-    mode, trigger = new["refresh_mode"], new["trigger"]
-    if event.get("sql"):
-        parsed = _Parser(event["sql"]).statement()
-        mode = mode if parsed.mode_given else current["refresh_mode"]
-        trigger = trigger if parsed.trigger_given else current["trigger"]
-    query, base_tables = new["query"], new["base_tables"]
-    if query == "":
-        query, base_tables = current["query"], current["base_tables"]
-    if mode == "FAST":
-        info = analyze_query(query)
-        if info.fast_refresh is None:
-            raise InvalidQueryError(
-                f"REFRESH FAST is not possible for {event.get('name')}: {info.fast_reason}"
-            )
-    return {"query": query, "refresh_mode": mode, "trigger": dict(trigger), "base_tables": list(base_tables)}
+def given_clauses(sql: str) -> tuple[bool, bool]:
+    """Whether ALTER statement ``sql`` spells out (its refresh mode, its trigger)."""
+    parsed = _Parser(sql).statement()
+    return parsed.mode_given, parsed.trigger_given
 
 
 class _Parser:

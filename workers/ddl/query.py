@@ -18,10 +18,11 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from workers.config import allowed_functions_from_env
 from workers.ddl.constructs import check_constructs
+from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
+from workers.ddl.plan import QueryPlan
 
-DIALECT = "spark"
 # The coordinator analyses every query on its one loop thread, and sqlglot's time grows with the
 # text (~1 s at 110 KB on a small machine): a bound keeps any one DDL far below the group's
 # max.poll.interval, so no query can stall the control plane. Real MV queries are far shorter.
@@ -88,6 +89,11 @@ class QueryInfo:
     normalized_sql: str
     fast_refresh: FastRefreshPlan | None
     fast_reason: str
+
+    @property
+    def plan(self) -> QueryPlan:
+        """What travels with the task (``MvSpec.plan``): the fast-refresh plan or why there is none."""
+        return QueryPlan(self.fast_refresh, self.fast_reason)
 
 
 def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> QueryInfo:

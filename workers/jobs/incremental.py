@@ -1,9 +1,9 @@
-"""Incremental (FAST) refresh of an MV from its base table's MV log, and the FAST/COMPLETE choice.
+"""Incremental (FAST) refresh of an MV from its base table's MV log, and its preconditions.
 
-A run pins the base at its current version ``v``, reads the change rows of versions
-(watermark, v] from the MV log and applies them to the MV table so that it holds exactly what a
-complete refresh at ``v`` would write (rules in ``workers.jobs.incremental_apply``). Data and the
-new watermark land in one Delta commit with the same ``userMetadata`` / ``txnAppId`` /
+A run reads the change rows of versions (watermark, v] from the MV log, ``v`` being the version its
+request pinned (``workers.worker.request``), and applies them to the MV table so that it holds
+exactly what a complete refresh at ``v`` would write (rules in ``workers.jobs.incremental_apply``).
+Data and the new watermark land in one Delta commit with the same ``userMetadata`` / ``txnAppId`` /
 ``txnVersion`` as ``refresh_complete``: a replay or a stale owner's commit is skipped by Delta.
 
 MERGE takes the idempotent-write id and ``userMetadata`` only from session confs, so every run
@@ -22,9 +22,7 @@ makes ours skipped, or fail as a concurrent transaction).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -32,19 +30,17 @@ from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl.errors import InvalidQueryError
-from workers.ddl.fast import FastRefreshPlan
-from workers.ddl.query import analyze_query
+from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import deltalog, groups, mvlog
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
-from workers.jobs.errors import ChangesNotRetained, TableNotFound
-from workers.jobs.guard import QueryRefused
+from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, encode_user_metadata, txn_version
 from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_query
+from workers.worker.request import RunRequest
 
-__all__ = ["FastRefreshNotPossible", "choose_refresh", "refresh_incremental", "refresh_with_mode"]
+__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -71,121 +67,65 @@ class _State:
     until: int  # base version pinned for this run
 
 
-def choose_refresh(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    mode: str,
-    mv_name: str,
-    query: str,
-    plan: FastRefreshPlan | None,
-) -> tuple[str, str]:
-    """("FAST" | "COMPLETE", reason) for refresh mode COMPLETE / FAST / FORCE (AUTO = FORCE).
-
-    Cheap: Delta log reads and one query analysis, no Spark job. FAST mode also falls back to
-    COMPLETE when an incremental refresh is impossible (design: an MV behind the retained change
-    data is refreshed completely, with a clear reason); ``refresh_incremental`` re-checks.
-    """
-    mode = mode.upper()
-    if mode == "COMPLETE":
-        return "COMPLETE", "complete: refresh mode COMPLETE"
-    if mode not in ("FAST", "FORCE", "AUTO"):
-        raise ValueError(f"unknown refresh mode {mode!r}")
+def fast_plan(request: RunRequest) -> FastRefreshPlan:
+    plan = request.plan.fast_refresh
     if plan is None:
-        try:
-            why = analyze_query(query, settings.allowed_functions).fast_reason
-        except InvalidQueryError as error:  # a query from a producer that skipped the coordinator
-            raise QueryRefused(error.message) from error
-        return "COMPLETE", f"complete: fast refresh is not possible: {why}"
+        raise FastRefreshNotPossible(f"complete: fast refresh is not possible: {request.plan.fast_reason}")
+    return plan
+
+
+def fast_refresh_blocker(spark: SparkSession, settings: Settings, request: RunRequest) -> str | None:
+    """Why the MV cannot be refreshed incrementally now ("complete: …"), or None when it can.
+
+    Cheap: Delta log reads and an analysis of the query by Spark, no Spark job. The decision
+    (``workers.worker.decision``) asks it; ``refresh_incremental`` checks again, under the fence.
+    """
     try:
-        state = _check(spark, settings, mv_name, plan)
-        _check_schema(spark, settings, mv_name, query, plan, state)
+        plan = fast_plan(request)
+        state = _check(spark, settings, request, plan)
+        _check_schema(spark, settings, request, plan, state)
     except FastRefreshNotPossible as why:
-        return "COMPLETE", why.reason
-    return "FAST", f"fast: changes of {plan.base_table} after v{state.since} up to v{state.until}"
+        return why.reason
+    return None
 
 
-def refresh_incremental(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    task_id: str,
-    mv_name: str,
-    query: str,
-    plan: FastRefreshPlan,
-    epoch: int,
-    run_id: str,
-    job_group: str,
-) -> RefreshResult:
+def refresh_incremental(spark: SparkSession, settings: Settings, request: RunRequest) -> RefreshResult:
     """Apply the base's change rows since the MV's watermark; same contract as ``refresh_complete``.
 
     Raises FastRefreshNotPossible (a ChangesNotRetained) when the caller must refresh completely,
-    RunCancelled after ``cancel_run(job_group)``, TableNotFound when the base is gone.
+    RunCancelled after ``cancel_run(request.job_group)``.
     """
-    with groups.job_group(spark, job_group, f"incremental refresh of {task_id} (run {run_id})"):
-        found = _check(spark, settings, mv_name, plan)
+    task_id, epoch, run_id = request.task_id, request.epoch, request.run_id
+    plan = fast_plan(request)
+    with groups.job_group(spark, request.job_group, f"incremental refresh of {task_id} (run {run_id})"):
+        found = _check(spark, settings, request, plan)
         if found.watermark.epoch > epoch:
-            return _stale(found.watermark, epoch)
+            return _fenced_out(found.watermark, epoch)
         session = _run_session(spark)
         if found.watermark.epoch < epoch:
-            _fence(session, settings, task_id, mv_name, epoch, run_id, found.until)
-        state = _check(session, settings, mv_name, plan)  # re-read: a stale owner may have slipped in
+            _fence(session, settings, request, found.until)
+        state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
-            return _stale(state.watermark, epoch)
+            return _fenced_out(state.watermark, epoch)
         if state.watermark.epoch == epoch and state.since == state.until:
-            return _stale(state.watermark, epoch)  # Delta would skip this very commit: no work
-        _check_schema(session, settings, mv_name, query, plan, state)
-        groups.check_cancelled(job_group)
-        scope = apply.Scope(session, settings, mv_name)
+            return _fenced_out(state.watermark, epoch)  # Delta would skip this very commit: no work
+        _check_schema(session, settings, request, plan, state)
+        groups.check_cancelled(request.job_group)
+        scope = apply.Scope(session, settings, request.mv_name)
         try:
-            changes, detail = _apply(scope, settings, task_id, mv_name, query, plan, epoch, run_id, state)
+            changes, detail = _apply(scope, settings, request, plan, state)
         finally:
             scope.close()
-        return _result(session, settings, mv_name, state, epoch, run_id, changes, detail)
-
-
-def refresh_with_mode(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    mode: str,
-    task_id: str,
-    mv_name: str,
-    query: str,
-    base_tables: Sequence[str],
-    plan: FastRefreshPlan | None,
-    epoch: int,
-    run_id: str,
-    job_group: str,
-) -> tuple[str, RefreshResult]:
-    """Refresh per ``mode``: ("FAST" | "COMPLETE", result), the result's message starting with the
-    reason for a complete refresh ("complete: no MV log on sales; wrote …")."""
-    kind, reason = choose_refresh(spark, settings, mode=mode, mv_name=mv_name, query=query, plan=plan)
-    common: dict[str, Any] = {
-        "task_id": task_id,
-        "mv_name": mv_name,
-        "query": query,
-        "epoch": epoch,
-        "run_id": run_id,
-        "job_group": job_group,
-    }
-    if kind == "FAST" and plan is not None:
-        try:
-            result = refresh_incremental(spark, settings, plan=plan, **common)
-            return "FAST", result
-        except FastRefreshNotPossible as why:  # the MV log moved on between the check and the run
-            reason = why.reason
-    result = complete.refresh_complete(spark, settings, base_tables=base_tables, **common)
-    return "COMPLETE", replace(result, message=f"{reason}; {result.message}")
+        return _result(session, settings, request, state, changes, detail)
 
 
 # ------------------------------------------------------------------------------------- preconditions
 
 
-def _check(spark: SparkSession, settings: Settings, mv_name: str, plan: FastRefreshPlan) -> _State:
+def _check(spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan) -> _State:
     base = plan.base_table
-    current = read_watermark(spark, settings, mv_name)
-    mv_version = deltalog.current_version(spark, settings, mv_name)
+    current = read_watermark(spark, settings, request.mv_name)
+    mv_version = deltalog.current_version(spark, settings, request.mv_name)
     if current is None or mv_version is None:
         raise FastRefreshNotPossible("complete: first build")
     if set(current.watermark) != {base}:
@@ -194,9 +134,7 @@ def _check(spark: SparkSession, settings: Settings, mv_name: str, plan: FastRefr
     log = mvlog.read_state(spark, settings, base)
     if log is None:
         raise FastRefreshNotPossible(f"complete: no MV log on {base}")
-    until = deltalog.current_version(spark, settings, base)
-    if until is None:
-        raise TableNotFound(f"base table {base!r} not found at {warehouse.table_path(settings, base)}")
+    until = request.pinned[base]
     since = current.watermark[base]
     if until < since:
         raise FastRefreshNotPossible(
@@ -212,14 +150,15 @@ def _check(spark: SparkSession, settings: Settings, mv_name: str, plan: FastRefr
 
 
 def _check_schema(
-    spark: SparkSession, settings: Settings, mv_name: str, query: str, plan: FastRefreshPlan, state: _State
+    spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
 ) -> None:
     """The MV table must have exactly the query's columns (an ALTERed query needs a complete refresh)."""
+    mv_name = request.mv_name
     mv_schema = read_at(spark, settings, mv_name, state.mv_version).schema
     session = session_module.run_session(spark)  # analysis only; a private session keeps the view private
     base = read_at(session, settings, plan.base_table, state.until)
     try:
-        wanted = run_query(session, settings, query, {plan.base_table: base}, mv_name=mv_name).schema
+        wanted = run_query(session, settings, request.query, {plan.base_table: base}, mv_name=mv_name).schema
     finally:
         session.catalog.dropTempView(plan.base_table)
     have = [(f.name, f.dataType.simpleString()) for f in mv_schema.fields]
@@ -252,18 +191,17 @@ def _run_session(spark: SparkSession) -> SparkSession:
     return child
 
 
-def _fence(
-    session: SparkSession, settings: Settings, task_id: str, mv_name: str, epoch: int, run_id: str, until: int
-) -> None:
+def _fence(session: SparkSession, settings: Settings, request: RunRequest, until: int) -> None:
     """Empty commit recording txnVersion ``epoch * 2**32``, so Delta skips older epochs from now on.
 
     It carries no ``mvs`` metadata (read_watermark ignores it). It is below every refresh commit of
     this epoch (the base has an MV log, so ``until >= 1``): it never makes our own refresh skipped.
     """
     assert until >= 1, "an MV log implies the base is past version 0"
-    path = warehouse.table_path(settings, mv_name)
+    task_id, epoch = request.task_id, request.epoch
+    path = warehouse.table_path(settings, request.mv_name)
     schema = session.read.format("delta").load(path).schema
-    metadata = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": run_id}})
+    metadata = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": request.run_id}})
     (
         session.createDataFrame([], schema)
         .write.format("delta")
@@ -276,22 +214,14 @@ def _fence(
 
 
 def _apply(
-    scope: apply.Scope,
-    settings: Settings,
-    task_id: str,
-    mv_name: str,
-    query: str,
-    plan: FastRefreshPlan,
-    epoch: int,
-    run_id: str,
-    state: _State,
+    scope: apply.Scope, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
 ) -> tuple[int, str]:
     """Commit the changes; returns (number of change rows, what was done)."""
-    session, base = scope.session, plan.base_table
+    session, base, query, task_id = scope.session, plan.base_table, request.query, request.task_id
     watermark = {base: state.until}
-    metadata = encode_user_metadata(task_id, epoch, run_id, watermark)
-    version = str(txn_version(epoch, watermark))
-    path = warehouse.table_path(settings, mv_name)
+    metadata = encode_user_metadata(task_id, request.epoch, request.run_id, watermark)
+    version = str(txn_version(request.epoch, watermark))
+    path = warehouse.table_path(settings, request.mv_name)
     # The MV's latest snapshot, the one MERGE will use (no second snapshot to rebuild). After the
     # fence only a newer epoch can commit in between, and then Delta skips our commit anyway.
     mv = session.read.format("delta").load(path)
@@ -339,8 +269,10 @@ def _apply(
     return rows, spec.summary
 
 
-def _stale(current: MvWatermark, epoch: int) -> RefreshResult:
-    """Not committed: a newer epoch already wrote, or this epoch already wrote this watermark."""
+def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:
+    """Not committed, as Delta's idempotent-write fence would not apply it: a newer epoch already
+    wrote, or this epoch already wrote this watermark. A fence against stale owners and replays,
+    not a decision about the work (that is ``workers.worker.decision``)."""
     if current.epoch == epoch:
         why = "this watermark was already applied"
     else:
@@ -356,23 +288,14 @@ def _stale(current: MvWatermark, epoch: int) -> RefreshResult:
 
 
 def _result(
-    session: SparkSession,
-    settings: Settings,
-    mv_name: str,
-    state: _State,
-    epoch: int,
-    run_id: str,
-    changes: int,
-    detail: str,
+    session: SparkSession, settings: Settings, request: RunRequest, state: _State, changes: int, detail: str
 ) -> RefreshResult:
     """Did our commit land (same detection as a complete refresh), and what it changed."""
-    watermark = {base: state.until for base in state.watermark.watermark}
-    found = complete._result(
-        session, settings, mv_name, state.mv_version, state.watermark, watermark, epoch, run_id
-    )
+    found = complete._result(session, settings, request, state.mv_version, state.watermark)
     if not found.applied or found.delta_version is None:
         return found
-    commit = next(deltalog.iter_commits(session, settings, mv_name, after=found.delta_version - 1))
+    after = found.delta_version - 1
+    commit = next(deltalog.iter_commits(session, settings, request.mv_name, after=after))
     metrics = commit.operation_metrics
     if commit.operation == "MERGE":
         keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")

@@ -8,7 +8,6 @@ or stale-owner commit a no-op, so a run never needs a lock to be safe.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,7 +16,6 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs import deltalog, groups
 from workers.jobs import session as session_module
-from workers.jobs.errors import TableNotFound
 from workers.jobs.groups import cancel_run
 from workers.jobs.guard import guarded_sql
 from workers.jobs.metadata import (
@@ -26,6 +24,7 @@ from workers.jobs.metadata import (
     encode_user_metadata,
     txn_version,
 )
+from workers.worker.request import RunRequest
 
 __all__ = [
     "MvWatermark",
@@ -58,63 +57,41 @@ def read_watermark(spark: SparkSession | None, settings: Settings, mv_name: str)
     return None
 
 
-def refresh_complete(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    task_id: str,
-    mv_name: str,
-    query: str,
-    base_tables: Sequence[str],
-    epoch: int,
-    run_id: str,
-    job_group: str,
-) -> RefreshResult:
-    """Recompute ``query`` and overwrite MV table ``mv_name`` with it, idempotently.
+def refresh_complete(spark: SparkSession, settings: Settings, request: RunRequest) -> RefreshResult:
+    """Recompute the request's query over its pinned base versions and overwrite the MV table with
+    it, idempotently.
 
-    Every Spark job runs in the calling thread under ``job_group`` (``cancel_run`` stops it and
-    this raises RunCancelled). Raises TableNotFound when a base table is missing, QueryRefused
-    (``workers.jobs.guard``) when the query may not run.
+    Every Spark job runs in the calling thread under ``request.job_group`` (``cancel_run`` stops it
+    and this raises RunCancelled). Raises QueryRefused (``workers.jobs.guard``) when the query may
+    not run.
 
     The user's text runs unchanged in a session of the run's own, where each base table's name is a
-    temp view of that table at its pinned version (temp views shadow any catalog table of that name).
+    temp view of that table at its pinned version (temp views shadow any catalog table of that name):
+    the result is exactly "query at these versions", whatever commits land while it runs.
     """
-    with groups.job_group(spark, job_group, f"complete refresh of {task_id} (run {run_id})"):
-        before = read_watermark(spark, settings, mv_name)
-        mv_version_before = deltalog.current_version(spark, settings, mv_name)
-        # Pin every base at its version now: the result is exactly "query at these versions",
-        # whatever commits land while it runs.
-        watermark = _pin_versions(spark, settings, base_tables)
+    what = f"complete refresh of {request.task_id} (run {request.run_id})"
+    with groups.job_group(spark, request.job_group, what):
+        before = read_watermark(spark, settings, request.mv_name)
+        mv_version_before = deltalog.current_version(spark, settings, request.mv_name)
         session = session_module.run_session(spark)
-        pinned = {base: read_at(session, settings, base, version) for base, version in watermark.items()}
+        pinned = {base: read_at(session, settings, base, version) for base, version in request.pinned.items()}
         try:
-            frame = run_query(session, settings, query, pinned, mv_name=mv_name)
-            groups.check_cancelled(job_group)
-            version = txn_version(epoch, watermark)
-            metadata = encode_user_metadata(task_id, epoch, run_id, watermark)
+            frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
+            groups.check_cancelled(request.job_group)
+            metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
             (
                 frame.write.format("delta")
                 .mode("overwrite")
                 .option("overwriteSchema", "true")
-                .option("txnAppId", task_id)
-                .option("txnVersion", str(version))
+                .option("txnAppId", request.task_id)
+                .option("txnVersion", str(txn_version(request.epoch, request.watermark)))
                 .option("userMetadata", metadata)
-                .save(warehouse.table_path(settings, mv_name))
+                .save(warehouse.table_path(settings, request.mv_name))
             )
         finally:
             for base in pinned:
                 session.catalog.dropTempView(base)
-        return _result(spark, settings, mv_name, mv_version_before, before, watermark, epoch, run_id)
-
-
-def _pin_versions(spark: SparkSession, settings: Settings, base_tables: Sequence[str]) -> dict[str, int]:
-    watermark: dict[str, int] = {}
-    for base in base_tables:
-        version = deltalog.current_version(spark, settings, base)
-        if version is None:
-            raise TableNotFound(f"base table {base!r} not found at {warehouse.table_path(settings, base)}")
-        watermark[base] = version
-    return watermark
+        return _result(spark, settings, request, mv_version_before, before)
 
 
 def read_at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
@@ -139,17 +116,16 @@ def run_query(
 def _result(
     spark: SparkSession,
     settings: Settings,
-    mv_name: str,
+    request: RunRequest,
     mv_version_before: int | None,
     before: MvWatermark | None,
-    watermark: dict[str, int],
-    epoch: int,
-    run_id: str,
 ) -> RefreshResult:
     """Did our commit land? Look for it among the commits after the version seen before writing
-    (comparing versions alone would mistake another writer's commit for ours)."""
+    (comparing versions alone would mistake another writer's commit for ours). Not landed: Delta's
+    idempotent-write fence skipped it (an older epoch, or this watermark already applied)."""
+    watermark, epoch, run_id = request.watermark, request.epoch, request.run_id
     watermark_before = dict(before.watermark) if before else {}
-    for commit in deltalog.iter_commits(spark, settings, mv_name, after=mv_version_before):
+    for commit in deltalog.iter_commits(spark, settings, request.mv_name, after=mv_version_before):
         mine = decode_user_metadata(commit.user_metadata, commit.version)
         if mine is not None and mine.run_id == run_id and mine.epoch == epoch and mine.watermark == watermark:
             rows = int(commit.operation_metrics.get("numOutputRows", "0"))
@@ -161,7 +137,7 @@ def _result(
                 delta_version=commit.version,
                 message=f"wrote {rows} rows at version {commit.version}",
             )
-    current = read_watermark(spark, settings, mv_name)
+    current = read_watermark(spark, settings, request.mv_name)
     if current is not None and current.epoch > epoch:
         why = f"stale epoch {epoch}: epoch {current.epoch} already wrote"
     elif current is not None and current.epoch == epoch and current.watermark == watermark:
@@ -173,7 +149,7 @@ def _result(
         rows_written=0,
         watermark_before=watermark_before,
         watermark_after=dict(current.watermark) if current else {},
-        delta_version=deltalog.current_version(spark, settings, mv_name),
+        delta_version=deltalog.current_version(spark, settings, request.mv_name),
         message=f"skipped by Delta idempotent write: {why}",
     )
 

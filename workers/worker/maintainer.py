@@ -21,14 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
-from workers.jobs.errors import RunCancelled
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
-from workers.sched.executor import BoundedExecutor, CancelToken, Priority, RunOutcome, SubmitStatus
+from workers.sched.executor import BoundedExecutor, CancelToken, RunOutcome, SubmitStatus
 from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.runs import TaskGauges
-from workers.sched.triggers import EVERY, MIN_RUN_SPACING_S, ON_CHANGE, data_lag_s, next_refresh_due
+from workers.sched.triggers import MIN_RUN_SPACING_S, ON_CHANGE, data_lag_s
+from workers.worker.decision import Decision, unchanged
+from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
+from workers.worker.request import with_plan
+from workers.worker.run_records import run_failure, run_record, run_summary, was_cancelled
 from workers.worker.runner import Runner, RunResult
+from workers.worker.schedule import MANUAL, SCHEDULE, more_urgent, next_due, run_priority, trigger_kind
 
 if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only calls it
     from workers.sched.metrics import SchedMetrics
@@ -36,56 +40,10 @@ if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
 REJECTED_RETRY_S = 1.0
-SCHEDULE, MANUAL = "SCHEDULE", "MANUAL"  # RunRecord.trigger: the clock, or a REFRESH_NOW command
-_URGENCY = {MANUAL: 0, SCHEDULE: 1}  # which trigger a coalesced re-run keeps
 # Reasons of validate_next_due that mean a bug or a bad record (not just "due now"): worth a warning.
 _INVALID_DUE = frozenset({"missing", "nan", "zero", "too_far"})
-
-
-# -- messages ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Due:
-    pass
-
-
-@dataclass(frozen=True)
-class Command:
-    record: Record  # a MaintainerCommand
-
-
-@dataclass(frozen=True)
-class Update:
-    task: Record  # a newer TaskRecord from ADD_MAINTAINER
-
-
-@dataclass(frozen=True)
-class RunStarted:
-    run: RunContext
-    started: float  # scheduling clock, when the body began
-
-
-@dataclass(frozen=True)
-class RunFinished:
-    run: RunContext
-    outcome: RunOutcome
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-@dataclass(frozen=True)
-class RunContext:
-    run_id: str
-    epoch: int
-    trigger: str
-    queued_ms: int  # wall clock at submission; the RUNNING record carries the real start
-    watermark_before: dict[str, int]
-
-    @property
-    def job_group(self) -> str:
-        return f"mvs-{self.run_id}"
+# The messages are defined with the mailbox; the manager imports them from here too.
+__all__ = ["Command", "Due", "Maintainer", "MaintainerEnv", "RunFinished", "RunStarted", "Stop", "Update"]
 
 
 @dataclass
@@ -124,6 +82,8 @@ class Maintainer:
     last_duration: float | None = None  # of the last successful run (TARGET_LAG's margin)
 
     def __post_init__(self) -> None:
+        self.task = with_plan(self.task)  # the query's analysis, once per task: runs never parse it
+        # The watermark is the record's ``checkpoint`` field (TaskRecord, MaintainerStatus).
         self.watermark = dict(self.task.get("checkpoint") or {})
         self.safepoint = self.task.get("safepoint")
         self.error = self.task.get("error")
@@ -163,14 +123,14 @@ class Maintainer:
         if not self.runnable:
             return
         if self.running is not None:
-            if self.env.executor.promote(self.task_id, self._priority(trigger)):
+            if self.env.executor.promote(self.task_id, run_priority(self.task, trigger)):
                 # Not started yet: the queued run reads the base tables when it starts, so it
                 # serves this trigger too, now at the more urgent priority.
-                if _URGENCY[trigger] < _URGENCY[self.running.trigger]:
+                if more_urgent(trigger, self.running.trigger):
                     self.running = replace(self.running, trigger=trigger)
                 return
             # Started: however many triggers arrive during a run, exactly one more run follows it.
-            if self.pending_trigger is None or _URGENCY[trigger] < _URGENCY[self.pending_trigger]:
+            if more_urgent(trigger, self.pending_trigger):
                 self.pending_trigger = trigger
             return
         self._start_run(trigger)
@@ -198,7 +158,7 @@ class Maintainer:
     def _on_update(self, task: Record) -> None:
         if task["epoch"] <= self.task["epoch"]:
             return  # a replayed or stale command: the maintainer already has this epoch or newer
-        self.task = task
+        self.task = with_plan(task)
         self.attempt = 0
         self.error = task.get("error")
         self.safepoint = task.get("safepoint", self.safepoint)
@@ -223,12 +183,13 @@ class Maintainer:
         now = self.env.clock.monotonic()
         run_id, wall_ms = uuid.uuid4().hex[:16], self.env.clock.wall_ms()
         run = RunContext(run_id, self.task["epoch"], trigger, wall_ms, dict(self.watermark))
-        if self.task["kind"] == "MV" and self._unchanged():
+        skip = self._skip_unchanged() if self.task["kind"] == "MV" else None
+        if skip is not None:
             # The MV reflects the base tables as they are now: fresh as of now, nothing to run.
             self.last_started = self.data_time = now
-            silent = trigger == SCHEDULE and self._trigger_kind() == ON_CHANGE
+            silent = trigger == SCHEDULE and trigger_kind(self.task) == ON_CHANGE
             if not silent:  # an ON CHANGE poll just looks again; any other due refresh says so
-                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message="skipped: no change")
+                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message=skip.reason)
                 if self.env.metrics is not None:
                     self.env.metrics.record_skip("no_change")
             self._schedule_next(notify=not silent)
@@ -246,7 +207,7 @@ class Maintainer:
         status = self.env.executor.submit(
             task_id,
             body,
-            priority=self._priority(trigger),
+            priority=run_priority(self.task, trigger),
             timeout_s=self.env.run_timeout_s,
             on_done=lambda outcome: None if send(task_id, RunFinished(run, outcome)) else None,
             on_cancel=lambda: runner.cancel(run.job_group),
@@ -261,25 +222,16 @@ class Maintainer:
         self.env.due.remove(self.task_id)
         self._record_run(run, "PENDING")
 
-    def _trigger_kind(self) -> str:
-        return str(self.task["mv"]["trigger"]["kind"]) if self.task["kind"] == "MV" else EVERY
-
-    def _priority(self, trigger: str) -> Priority:
-        """Asked-for runs first, then freshness-driven triggers, then periodic refreshes, purges last."""
-        if trigger == MANUAL:
-            return Priority.URGENT
-        if self.task["kind"] == "MV_LOG":
-            return Priority.PURGE
-        return Priority.CHANGE if self._trigger_kind() in (ON_CHANGE, "TARGET_LAG") else Priority.PERIODIC
-
-    def _unchanged(self) -> bool:
-        """True when the base tables are still at the versions the MV already reflects (no Spark job)."""
+    def _skip_unchanged(self) -> Decision | None:
+        """The decision's SKIP (``workers.worker.decision.unchanged``) when the base tables are still
+        at the versions this epoch's last run left the MV at: no Spark job, no run submitted."""
         if self.watermark_epoch != self.task["epoch"] or not self.watermark:
-            return False
+            return None  # restored or superseded: the run reads what the MV table reflects
         try:
-            return self.env.runner.base_versions(self.task["mv"]["base_tables"]) == self.watermark
+            versions = self.env.runner.base_versions(self.task["mv"]["base_tables"])
         except MvsError:
-            return False  # let the run report the missing table
+            return None  # let the run report the missing table
+        return unchanged(versions, self.watermark)
 
     def _current(self, run: RunContext) -> RunContext | None:
         """The maintainer's context of ``run`` (its trigger may have been raised), or None if stale."""
@@ -300,21 +252,11 @@ class Maintainer:
         self.running = None
         started_ms = self._wall_ms(outcome.started)
         result = outcome.result if isinstance(outcome.result, RunResult) else None
-        if outcome.timed_out:
-            timeout = MvsError(
-                ErrorCode.STORAGE_UNAVAILABLE,
-                f"run exceeded its timeout of {self.env.run_timeout_s:g}s and was cancelled",
-            )
-            self._failed(run, timeout, started_ms)
-        elif outcome.canceled or isinstance(outcome.error, RunCancelled):
+        failure = run_failure(outcome, self.env.run_timeout_s)
+        if failure is not None:
+            self._failed(run, failure, started_ms)
+        elif was_cancelled(outcome):
             self._record_run(run, "CANCELED", started_ms=started_ms, message="cancelled")
-        elif outcome.error is not None:
-            error = (
-                outcome.error
-                if isinstance(outcome.error, MvsError)
-                else MvsError(ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
-            )
-            self._failed(run, error, started_ms)
         elif result is not None:
             if run.epoch == self.task["epoch"]:
                 self.watermark = dict(result.watermark_after)
@@ -373,25 +315,19 @@ class Maintainer:
         error: Record | None = None,
     ) -> None:
         ended = None if state in ("PENDING", "RUNNING") else self.env.clock.wall_ms()
-        summary = {
-            "run_id": run.run_id,
-            "trigger": run.trigger,
-            "state": state,
-            "started_at": run.queued_ms if started_ms is None else started_ms,
-            "ended_at": ended,
-            "rows_written": rows,
-            "message": message or (error or {}).get("message"),
-        }
-        self.last_run = summary
-        record = {
-            **summary,
-            "task_id": self.task_id,
-            "epoch": run.epoch,
-            "worker_id": self.env.worker_id,
-            "watermark_before": run.watermark_before,
-            "watermark_after": dict(after or run.watermark_before),
-            "error": error,
-        }
+        record = run_record(
+            run,
+            state,
+            task_id=self.task_id,
+            worker_id=self.env.worker_id,
+            started_ms=started_ms,
+            ended_ms=ended,
+            rows=rows,
+            after=after,
+            message=message,
+            error=error,
+        )
+        self.last_run = run_summary(record)
         self.env.publish("runs", self.task_id, record)
         self.env.status_changed(self.task_id)
 
@@ -405,7 +341,13 @@ class Maintainer:
         """Schedule the next run after a run or a no-change decision, by the task's trigger."""
         now = self.env.clock.monotonic()
         try:
-            due = self._next_due(now)
+            due = next_due(
+                self.task,
+                now=now,
+                last_started=self.last_started,
+                data_time=self.data_time,
+                last_duration=self.last_duration,
+            )
         except ValueError as exc:  # a spec no DDL check let through (e.g. EVERY 0 from a raw producer)
             self._invalid_spec(str(exc))
             return
@@ -418,22 +360,6 @@ class Maintainer:
         # MIN_RUN_SPACING_S after the last start, so no next time can make a tight re-trigger loop.
         spacing = None if self.last_started is None else self.last_started + MIN_RUN_SPACING_S
         self._schedule_at(due, not_before=spacing, notify=notify)
-
-    def _next_due(self, now: float) -> float | None:
-        if self.task["kind"] == "MV_LOG":
-            interval = _seconds(self.task["mv_log"]["purge_interval_ms"])
-            return next_refresh_due(
-                EVERY, interval, now=now, last_started=self.last_started, last_success_data_time=None
-            )
-        trigger = self.task["mv"]["trigger"]
-        return next_refresh_due(
-            trigger["kind"],
-            _seconds(trigger.get("interval_ms")),
-            now=now,
-            last_started=self.last_started,
-            last_success_data_time=self.data_time,
-            expected_duration_s=self.last_duration,
-        )
 
     def _invalid_spec(self, why: str) -> None:
         log.error("%s: cannot schedule: %s", self.task_id, why)
@@ -468,7 +394,7 @@ class Maintainer:
             "task_id": self.task_id,
             "epoch": self.task["epoch"],
             "state": self.task["state"],
-            "checkpoint": dict(self.watermark),
+            "checkpoint": dict(self.watermark),  # MaintainerStatus's name for the watermark
             "last_run": self.last_run,
             "next_run_at": next_run_at,
             "error": self.error,
@@ -481,7 +407,3 @@ class Maintainer:
         due = self.env.due.due_at(self.task_id)
         lag = data_lag_s(now, self.data_time) if self.task["kind"] == "MV" else None
         return TaskGauges(self.task_id, lag, None if due is None else max(0.0, due - now))
-
-
-def _seconds(interval_ms: int | None) -> float | None:
-    return None if interval_ms is None else interval_ms / 1000

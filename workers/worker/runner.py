@@ -8,23 +8,24 @@ task that fails over to it does not wait for a JVM to start (~8 s, far more on a
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
-from workers.ddl import DdlError
-from workers.ddl.fast import FastRefreshPlan
-from workers.ddl.query import analyze_query
 from workers.jobs.errors import JobError, RunCancelled, classify_failure
 from workers.warehouse import latest_version, table_exists
+from workers.worker.decision import Decision, DecisionKind, decide
+from workers.worker.request import RunRequest
+
+if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
+    from workers.jobs.refresh import RefreshResult
 
 Record = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -109,37 +110,27 @@ class SparkRunner:
                 self._live.discard(job_group)
 
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:
-        from workers.jobs.refresh import read_watermark, refresh_complete
+        """Refresh MV ``task`` (a TaskRecord carrying its query plan: ``request.with_plan``): pin the
+        bases, build the run's one ``RunRequest``, decide (``workers.worker.decision``), run the job."""
+        from workers.jobs.incremental import fast_refresh_blocker
+        from workers.jobs.refresh import read_watermark
 
-        spec = task["mv"]
-        versions = self.base_versions(spec["base_tables"])
+        pinned = self.base_versions(task["mv"]["base_tables"])
+        request = RunRequest.for_task(task, run_id=run_id, job_group=job_group, pinned=pinned)
         with self._live_group(job_group), _storage_errors():
             # What the MV table already reflects, whoever wrote it (a new owner after a failover
-            # finds its predecessor's result): equal to the bases now means nothing to do. Read
-            # from the Delta log without a JVM where the warehouse is local, so a task that moves
-            # to a worker whose Spark is still starting is current at once, not after a recompute.
+            # finds its predecessor's result). Read from the Delta log without a JVM where the
+            # warehouse is local, so a task that moves to a worker whose Spark is still starting is
+            # current at once, not after a recompute.
             log_reader = None if warehouse.is_local(self.settings) else self.spark
-            current = read_watermark(log_reader, self.settings, task["name"])
-            if current is not None and current.watermark == versions:
-                return RunResult("SKIPPED", 0, versions, versions, "skipped: no change")
-            common: dict[str, Any] = {
-                "task_id": task["task_id"],
-                "mv_name": task["name"],
-                "query": spec["query"],
-                "base_tables": spec["base_tables"],
-                "epoch": task["epoch"],
-                "run_id": run_id,
-                "job_group": job_group,
-            }
-            if spec["refresh_mode"] == "COMPLETE":
-                result = refresh_complete(self.spark, self.settings, **common)
-            else:  # FAST / FORCE: from the MV log when possible, else complete, saying why
-                from workers.jobs.incremental import refresh_with_mode
-
-                plan = _fast_plan(spec["query"])
-                _, result = refresh_with_mode(
-                    self.spark, self.settings, mode=spec["refresh_mode"], plan=plan, **common
-                )
+            current = read_watermark(log_reader, self.settings, request.mv_name)
+            reflected = current.watermark if current is not None else None
+            decision = decide(
+                request, reflected, lambda: fast_refresh_blocker(self.spark, self.settings, request)
+            )
+            if decision.kind is DecisionKind.SKIP:
+                return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason)
+            result = self._run(request, decision)
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
@@ -150,6 +141,21 @@ class SparkRunner:
             result.watermark_after,
             message,
         )
+
+    def _run(self, request: RunRequest, decision: Decision) -> RefreshResult:
+        """The job ``decision`` asks for; a complete refresh's message starts with the reason."""
+        from workers.jobs.incremental import FastRefreshNotPossible, refresh_incremental
+        from workers.jobs.refresh import refresh_complete
+
+        if decision.kind is DecisionKind.INCREMENTAL:
+            try:
+                return refresh_incremental(self.spark, self.settings, request)
+            except FastRefreshNotPossible as why:
+                # The same preconditions, checked again under the fence, failed: the MV log moved
+                # on (a purge) or the MV's content does not match its watermark since the decision.
+                decision = Decision.complete(why.reason)
+        result = refresh_complete(self.spark, self.settings, request)
+        return replace(result, message=f"{decision.reason}; {result.message}")
 
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
         from workers.jobs.groups import job_group as spark_job_group
@@ -208,12 +214,6 @@ class SparkRunner:
             drop_mv_log(self.spark, self.settings, task["name"])
 
 
-@functools.lru_cache(maxsize=1024)
-def _fast_plan(query: str) -> FastRefreshPlan | None:
-    """The query's incremental plan (a sqlglot analysis: cached, a task runs the same query)."""
-    return analyze_query(query).fast_refresh
-
-
 class RunFailure(MvsError):
     """A failed run whose retryability the failure decided (``workers.jobs.errors.FAILURE_RULES``),
     not its code's default: e.g. a permission denied is storage trouble (2001) that no retry fixes."""
@@ -237,8 +237,6 @@ def _storage_errors() -> Iterator[None]:
         yield
     except (MvsError, RunCancelled):
         raise
-    except DdlError as exc:  # a query the allow-list refuses now (e.g. an entry from before it)
-        raise MvsError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
     except JobError as exc:
         raise MvsError(ErrorCode(exc.code), str(exc)) from exc
     except Exception as exc:

@@ -1,0 +1,79 @@
+"""The one place that decides what a refresh run does: skip it, apply the MV log, or recompute.
+
+``decide`` returns the kind and the reason the run record's message shows ("skipped: no change",
+"complete: refresh mode COMPLETE", "complete: no MV log on sales", "fast: …"). The maintainer's cheap
+pre-check (no Spark: the watermark it remembers against the bases' versions) and the runner (the
+watermark the MV table records) both ask ``unchanged``, the first rule of ``decide``.
+
+Not decided here: Delta's idempotent-write fence, by which a commit of an older epoch or an
+already-applied watermark is not applied (``workers.jobs``); that protects the table from stale
+owners, it does not choose the work.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from workers.catalog.specs import REFRESH_MODES
+from workers.worker.request import RunRequest
+
+NO_CHANGE = "skipped: no change"
+
+
+class DecisionKind(enum.Enum):
+    SKIP = "SKIP"
+    INCREMENTAL = "INCREMENTAL"
+    COMPLETE = "COMPLETE"
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    reason: str  # what the run record's message starts with
+
+    @classmethod
+    def complete(cls, reason: str) -> Decision:
+        return cls(DecisionKind.COMPLETE, reason)
+
+
+def unchanged(pinned: Mapping[str, int], reflected: Mapping[str, int] | None) -> Decision | None:
+    """SKIP when the MV already reflects exactly the versions the bases are at; else None.
+
+    ``reflected``: the watermark of the MV's content, None when unknown or not to be trusted."""
+    if reflected and dict(reflected) == dict(pinned):
+        return Decision(DecisionKind.SKIP, NO_CHANGE)
+    return None
+
+
+def decide(
+    request: RunRequest,
+    reflected: Mapping[str, int] | None,
+    fast_blocker: Callable[[], str | None],
+) -> Decision:
+    """What the run of ``request`` does, given the watermark the MV table records (``reflected``).
+
+    FAST and FORCE apply the MV log when the query has a fast-refresh plan and ``fast_blocker``
+    (the Delta-side preconditions: an MV log covering the MV's watermark, same columns…; called
+    only then) finds nothing against it; otherwise they recompute, saying why. Both fall back
+    alike: a FAST view was accepted with a plan, and an MV behind the retained change data is
+    refreshed completely (design).
+    """
+    if request.mode not in REFRESH_MODES:
+        raise ValueError(f"unknown refresh mode {request.mode!r}")
+    skip = unchanged(request.pinned, reflected)
+    if skip is not None:
+        return skip
+    if request.mode == "COMPLETE":
+        return Decision.complete("complete: refresh mode COMPLETE")
+    plan = request.plan.fast_refresh
+    if plan is None:
+        return Decision.complete(f"complete: fast refresh is not possible: {request.plan.fast_reason}")
+    blocker = fast_blocker()
+    if blocker is not None:
+        return Decision.complete(blocker)
+    since = (reflected or {}).get(plan.base_table)
+    until = request.pinned.get(plan.base_table)
+    reason = f"fast: changes of {plan.base_table} after v{since} up to v{until}"
+    return Decision(DecisionKind.INCREMENTAL, reason)

@@ -1,0 +1,72 @@
+"""The history of a run as records (seed 001): the RunRecord a maintainer publishes on the runs
+topic at each step (PENDING, RUNNING, then COMPLETED / SKIPPED / ERROR / CANCELED), the RunSummary
+of it that the task's status carries, and what an executor outcome means for the record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.catalog.errors import ErrorCode, MvsError
+from workers.jobs.errors import RunCancelled
+from workers.sched.executor import RunOutcome
+from workers.worker.messages import RunContext
+
+Record = dict[str, Any]
+_SUMMARY_FIELDS = ("run_id", "trigger", "state", "started_at", "ended_at", "rows_written", "message")
+
+
+def run_record(
+    run: RunContext,
+    state: str,
+    *,
+    task_id: str,
+    worker_id: str,
+    started_ms: int | None,
+    ended_ms: int | None,
+    rows: int | None,
+    after: dict[str, int] | None,
+    message: str | None,
+    error: Record | None,
+) -> Record:
+    """The RunRecord of ``run`` in ``state``; a run not yet started shows its queueing time, one
+    that changed nothing (no ``after``) the watermark it started from, and a failed one the error's
+    message."""
+    return {
+        "run_id": run.run_id,
+        "trigger": run.trigger,
+        "state": state,
+        "started_at": run.queued_ms if started_ms is None else started_ms,
+        "ended_at": ended_ms,
+        "rows_written": rows,
+        "message": message or (error or {}).get("message"),
+        "task_id": task_id,
+        "epoch": run.epoch,
+        "worker_id": worker_id,
+        "watermark_before": run.watermark_before,
+        "watermark_after": dict(after or run.watermark_before),
+        "error": error,
+    }
+
+
+def run_summary(record: Record) -> Record:
+    """The RunSummary (``last_run`` of a status) of a RunRecord."""
+    return {key: record[key] for key in _SUMMARY_FIELDS}
+
+
+def was_cancelled(outcome: RunOutcome) -> bool:
+    """Cancelled (a CANCEL command, a newer epoch, a stop), not timed out."""
+    return not outcome.timed_out and (outcome.canceled or isinstance(outcome.error, RunCancelled))
+
+
+def run_failure(outcome: RunOutcome, timeout_s: float) -> MvsError | None:
+    """The coded error of a failed run, None when it completed or was cancelled. A timeout is
+    retryable storage trouble; an exception without a code is a crash of ours."""
+    if outcome.timed_out:
+        return MvsError(
+            ErrorCode.STORAGE_UNAVAILABLE, f"run exceeded its timeout of {timeout_s:g}s and was cancelled"
+        )
+    if was_cancelled(outcome) or outcome.error is None:
+        return None
+    if isinstance(outcome.error, MvsError):
+        return outcome.error
+    return MvsError(ErrorCode.MAINTAINER_CRASH, f"{type(outcome.error).__name__}: {outcome.error}")
