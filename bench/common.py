@@ -10,6 +10,7 @@ from typing import Any
 
 from workers.coordinator.handlers import Context, new_task
 from workers.status import table
+from workers.worker.request import with_plan
 
 Record = dict[str, Any]
 
@@ -50,4 +51,4 @@ def mv_task(
         "base_tables": list(base_tables),
     }
     ctx = Context(now_ms=0, coordinator_epoch=1, table_exists=lambda table: True)
-    return {**new_task(f"mv:{name}", "MV", name, ctx, mv=spec), "owner": WORKER_ID}
+    return with_plan({**new_task(f"mv:{name}", "MV", name, ctx, mv=spec), "owner": WORKER_ID})

@@ -53,10 +53,10 @@ from workers.client import MvsClient
 from workers.config import Settings
 from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
+from workers.records import Record
 from workers.topics import topic_spec
 from workers.worker.runner import SPARK_READY
 
-Record = dict[str, Any]
 PARTITIONS = topic_spec("manager").partitions
 TASKS = 4
 KILL, TERM = "kill -9", "SIGTERM"

@@ -29,17 +29,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from bench.common import WORKER_ID, mv_task, percentile, report
 from workers.config import Settings
+from workers.records import Record
 from workers.sched.due import DueQueue
 from workers.worker.manager import Manager
 from workers.worker.runner import RunResult
 
 TICK_S = 0.05  # Manager.step's longest wait
 GOAL_P99_MS = 100.0
-Record = dict[str, Any]
 
 
 @dataclass

@@ -45,9 +45,9 @@ from workers.jobs.errors import is_write_conflict
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append, create_table, read_table
 from workers.kafka.typed import BusError, TypedProducer, read_to_end
+from workers.records import Record
 from workers.warehouse import latest_version, table_path
 
-Record = dict[str, Any]
 SCHEMA = "id BIGINT, region STRING, amount BIGINT"
 REGIONS = ["north", "south", "east", "west"]
 LASTING = {

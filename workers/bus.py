@@ -16,8 +16,8 @@ from workers.config import Settings
 from workers.kafka.admin import configure_group
 from workers.kafka.producer import NEVER_TIME_OUT
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer
+from workers.records import Record
 
-Record = dict[str, Any]
 Partitions = list[tuple[str, int]]  # (logical topic, partition)
 RebalanceCallback = Callable[[Partitions], None]
 # Called (from the producer's ``poll``) with None once a record is acknowledged, or with the error

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from workers.catalog.errors import ErrorCode
 from workers.config import Settings
@@ -30,9 +30,9 @@ from workers.ddl.parser import parse_statement
 from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
 from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, latest_by_key, read_to_end
+from workers.records import Record
 from workers.topics import TopicConfigError, ddl_topic
 
-Record = dict[str, Any]
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
 RECENT_HEARTBEATS = 2000  # enough to hold every live worker's newest heartbeat

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
+from workers.records import Record
 from workers.sched.clock import SystemClock
-
-Record = dict[str, Any]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

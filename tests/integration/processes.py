@@ -21,14 +21,12 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from workers.config import REPO_ROOT, Settings
 from workers.kafka.admin import apply_topics
 from workers.kafka.typed import Message, TypedConsumer
+from workers.records import Record
 from workers.topics import topic_spec
-
-Record = dict[str, Any]
 
 
 def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -415,22 +415,22 @@ def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
     spark: Any, local_settings: Settings
 ) -> None:
     """The Delta guard by itself: epoch e+1 commits first, then the late epoch-e commit is skipped."""
+    from tests.integration.run_requests import run_request
     from workers.jobs.refresh import refresh_complete
 
     create_table(spark, local_settings, "base", [{"id": 1, "v": 1}], "id BIGINT, v BIGINT")
 
     def refresh(epoch: int, run_id: str) -> Any:
-        return refresh_complete(
-            spark,
+        request = run_request(
             local_settings,
-            task_id="mv:m",
-            mv_name="m",
-            query="SELECT id, v FROM base",
-            base_tables=["base"],
+            "m",
+            "SELECT id, v FROM base",
             epoch=epoch,
-            run_id=run_id,
+            run=run_id,
             job_group=f"mvs-{run_id}",
+            bases=["base"],
         )
+        return refresh_complete(spark, local_settings, request)
 
     newer = refresh(5, "new")
     append(spark, local_settings, "base", [{"id": 2, "v": 2}])  # the late one even saw more data

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 from tests.integration.cluster import wait_until
 from workers.client import MvsClient
@@ -16,8 +15,8 @@ from workers.coordinator.handlers import Context, Effects, handle_ddl
 from workers.coordinator.service import Coordinator
 from workers.kafka.admin import apply_topics
 from workers.kafka.typed import read_to_end
+from workers.records import Record
 
-Record = dict[str, Any]
 QUERY = "SELECT id, amount FROM sales"
 
 

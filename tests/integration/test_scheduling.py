@@ -19,6 +19,7 @@ from workers import warehouse
 from workers.cli import main
 from workers.config import Settings
 from workers.jobs.tables import create_table
+from workers.records import Record
 from workers.sched.metrics import serve_metrics
 
 TIMEOUT_S = 15.0  # a few seconds of Delta reads come first; the join is minutes
@@ -26,7 +27,6 @@ TIMEOUT_S = 15.0  # a few seconds of Delta reads come first; the join is minutes
 # (Its tasks stop soon after a kill: they check for it between scan batches. A sort-merge join over
 # a few huge keys would not, and would keep Spark's cores busy long after its job was cancelled.)
 SLOW = "SELECT a.g, count(*) AS n FROM big a JOIN probe b ON a.id > b.id GROUP BY a.g"
-Record = dict[str, Any]
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from workers.coordinator.handlers import Context, maintainer_command, new_task
 from workers.jobs.errors import RunCancelled
+from workers.records import Record
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
 from workers.sched.metrics import SchedMetrics
@@ -22,7 +22,6 @@ from workers.worker.maintainer import Command, Maintainer
 from workers.worker.runner import RunResult
 
 WAIT = 5.0
-Record = dict[str, Any]
 
 
 # -- the fake runner ------------------------------------------------------------------------------

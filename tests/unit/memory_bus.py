@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workers.bus import DeliveryCallback, Partitions, RebalanceCallback, Record
+from workers.bus import DeliveryCallback, Partitions, RebalanceCallback
 from workers.catalog.store import live_tasks
 from workers.codec import get_codec
 from workers.kafka.errors import BusError
 from workers.kafka.messages import DLQ_TOPIC, Message, dead_letter_headers, partition_for
+from workers.records import Record
 from workers.topics import topic_spec
 
 _TP = tuple[str, int]  # (logical topic, partition)

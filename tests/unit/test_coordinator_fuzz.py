@@ -22,8 +22,8 @@ from workers.catalog.names import MLOG_SUFFIX, mv_log_table_problem, mv_name_pro
 from workers.catalog.specs import MAX_INTERVAL_MS, mv_cycle
 from workers.codec import get_codec
 from workers.coordinator.handlers import Context, Effects, handle_ddl, handle_heartbeat, recovered_tasks
+from workers.records import Record
 
-Record = dict[str, Any]
 BASE_TABLES = frozenset({"sales", "orders"})
 ACTIONS = tuple(get_codec().schema("io.mvs.DdlAction")["symbols"])  # every action the schema allows
 PRINCIPALS = ("User:alice", "User:bob", "User:admin", "")

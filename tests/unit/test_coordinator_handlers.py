@@ -15,8 +15,8 @@ from workers.coordinator.handlers import (
     safepoint_for,
 )
 from workers.ddl import parse_statement
+from workers.records import Record
 
-Record = dict[str, Any]
 TABLES = {"sales", "orders"}
 
 

@@ -14,9 +14,8 @@ from workers.coordinator.handlers import Context, Effects, handle_ddl
 from workers.coordinator.service import Coordinator
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message
+from workers.records import Record
 from workers.sched.clock import ManualClock
-
-Record = dict[str, Any]
 
 
 class FakeTxnProducer:

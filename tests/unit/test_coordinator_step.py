@@ -9,12 +9,12 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from tests.unit.memory_bus import MemoryBus, MemoryProducer
-from workers.bus import Record
 from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, handle_ddl
 from workers.coordinator.service import Coordinator, DdlHandler
 from workers.ddl.parser import parse_statement
 from workers.kafka.messages import H_ERROR
+from workers.records import Record
 from workers.sched.clock import ManualClock
 from workers.topics import topic_spec
 from workers.worker.host import claim

@@ -12,12 +12,11 @@ from tests.unit.maintainer_harness import WAIT, FakeRunner, mv
 from workers.config import Settings
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message
+from workers.records import Record
 from workers.role import LoopError
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.manager import BUS_SUSPECT_S, Manager
-
-Record = dict[str, Any]
 
 
 class FakeProducer:

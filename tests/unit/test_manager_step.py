@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from tests.unit.maintainer_harness import CTX, WAIT, FakeRunner, mv
 from tests.unit.memory_bus import MemoryBus
-from workers.bus import Record
 from workers.config import Settings
 from workers.coordinator.effects import bootstrap_commands, maintainer_command, manager_command
+from workers.records import Record
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.host import MAX_CLOCK_SKEW_MS

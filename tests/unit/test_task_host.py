@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit.maintainer_harness import CTX, WAIT, Gate, Harness, mv
-from workers.bus import Record
 from workers.coordinator.effects import manager_command
 from workers.kafka.messages import partition_for
+from workers.records import Record
 from workers.worker.host import MAX_CLOCK_SKEW_MS, PARTITIONS, TaskHost
 
 

@@ -9,16 +9,15 @@ query itself is analysed by ``workers.ddl`` in the coordinator's handlers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.names import shown
-
-Record = dict[str, Any]
+from workers.records import Record
+from workers.sched.triggers import EVERY, ON_CHANGE, ON_DEMAND, TARGET_LAG
 
 REFRESH_MODES = ("COMPLETE", "FAST", "FORCE")
-INTERVAL_TRIGGERS = ("EVERY", "TARGET_LAG")  # their interval_ms is the period / the target lag
-PLAIN_TRIGGERS = ("ON_CHANGE", "ON_DEMAND")  # no interval: one is ignored (stored as null)
+INTERVAL_TRIGGERS = (EVERY, TARGET_LAG)  # their interval_ms is the period / the target lag
+PLAIN_TRIGGERS = (ON_CHANGE, ON_DEMAND)  # no interval: one is ignored (stored as null)
 # Longest refresh period, target lag or purge interval: a year (366 days). Longer is better said
 # ON DEMAND, and it keeps "now + interval" far inside an Avro long for every schedule computed.
 MAX_INTERVAL_MS = 366 * 86_400_000
@@ -55,7 +54,7 @@ def checked_trigger(trigger: object) -> Record:
     if kind in PLAIN_TRIGGERS:
         return {"kind": kind, "interval_ms": None}
     if kind in INTERVAL_TRIGGERS:
-        what = "EVERY" if kind == "EVERY" else "TARGET LAG"
+        what = "EVERY" if kind == EVERY else "TARGET LAG"
         return {"kind": kind, "interval_ms": check_interval(trigger.get("interval_ms"), what)}
     kinds = ", ".join(INTERVAL_TRIGGERS + PLAIN_TRIGGERS)
     raise _invalid(f"unknown trigger kind {shown(kind)}: use one of {kinds}")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from workers.config import Settings
 from workers.kafka.typed import Message, read_to_end
-
-Record = dict[str, Any]
+from workers.records import Record
 
 
 def live_tasks(messages: Iterable[Message]) -> dict[str, Record]:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from workers.catalog.lifecycle import TaskState
-
-Record = dict[str, Any]
+from workers.records import Record
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from workers.catalog.names import NAME_RE as _NAME_RE
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
+from workers.sched.triggers import EVERY, TARGET_LAG
 
 SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
 MODES = ("COMPLETE", "FAST", "FORCE")
@@ -56,7 +57,7 @@ _STATEMENT_STARTS = "CREATE, ALTER, DROP, REFRESH or CANCEL"
 
 
 def default_trigger() -> dict[str, Any]:
-    return {"kind": "EVERY", "interval_ms": DEFAULT_INTERVAL_MS}
+    return {"kind": EVERY, "interval_ms": DEFAULT_INTERVAL_MS}
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ class _Parser:
         token = self.lex.peek()
         if token.is_word("EVERY"):
             self.lex.next()
-            return {"kind": "EVERY", "interval_ms": self.interval("EVERY")}
+            return {"kind": EVERY, "interval_ms": self.interval("EVERY")}
         if token.is_word("ON"):
             self.lex.next()
             what = self.lex.next()
@@ -333,7 +334,7 @@ class _Parser:
         if token.is_word("TARGET"):
             self.lex.next()
             self.expect("LAG", "after TARGET")
-            return {"kind": "TARGET_LAG", "interval_ms": self.interval("TARGET LAG")}
+            return {"kind": TARGET_LAG, "interval_ms": self.interval("TARGET LAG")}
         if token.is_word("START", "NEXT"):
             raise self.error(f"{token.upper} is not supported; use EVERY <n> <unit>", token)
         return None

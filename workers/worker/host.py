@@ -28,8 +28,8 @@ import random
 import threading
 from collections.abc import Mapping
 
-from workers.bus import Record
 from workers.kafka.messages import partition_for
+from workers.records import Record
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
+from workers.records import Record
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
 from workers.sched.executor import BoundedExecutor, CancelToken, RunOutcome, SubmitStatus
+from workers.sched.gauges import TaskGauges
 from workers.sched.retry import REFRESH_RETRY, RetryPolicy
-from workers.sched.runs import TaskGauges
 from workers.sched.triggers import MIN_RUN_SPACING_S, ON_CHANGE, data_lag_s
 from workers.worker.decision import Decision, unchanged
 from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only
     from workers.sched.metrics import SchedMetrics
 
 log = logging.getLogger(__name__)
-Record = dict[str, Any]
 REJECTED_RETRY_S = 1.0
 # Reasons of validate_next_due that mean a bug or a bad record (not just "due now"): worth a warning.
 _INVALID_DUE = frozenset({"missing", "nan", "zero", "too_far"})

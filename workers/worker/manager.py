@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus, Record
+from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus
 from workers.config import Settings
 from workers.kafka.typed import BusError, Message
+from workers.records import Record
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.sched.due import DueQueue

@@ -7,11 +7,9 @@ The manager sends ``Due``/``Command``/``Update``/``Stop``; the executor thread o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from workers.records import Record
 from workers.sched.executor import RunOutcome
-
-Record = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from workers.bus import BusProducer, Record
+from workers.bus import BusProducer
 from workers.kafka.errors import BusError
+from workers.records import Record
 
 log = logging.getLogger(__name__)
 

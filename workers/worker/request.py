@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from workers.ddl import InvalidQueryError, QueryPlan, analyze_query, plan_from_record, plan_record
-
-Record = dict[str, Any]
+from workers.records import Record
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,12 @@ of it that the task's status carries, and what an executor outcome means for the
 
 from __future__ import annotations
 
-from typing import Any
-
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.jobs.errors import RunCancelled
+from workers.records import Record
 from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext
 
-Record = dict[str, Any]
 _SUMMARY_FIELDS = ("run_id", "trigger", "state", "started_at", "ended_at", "rows_written", "message")
 
 

@@ -20,6 +20,7 @@ from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
 from workers.jobs.errors import JobError, RunCancelled, classify_failure
+from workers.records import Record
 from workers.warehouse import latest_version, table_exists
 from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.request import RunRequest
@@ -27,7 +28,6 @@ from workers.worker.request import RunRequest
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
     from workers.jobs.refresh import RefreshResult
 
-Record = dict[str, Any]
 log = logging.getLogger(__name__)
 # While a cancelled run is still inside its Spark work, its job group is cancelled again this often.
 RECANCEL_EVERY_S = 0.5

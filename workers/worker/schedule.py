@@ -4,12 +4,10 @@ coalesce. Pure: the maintainer keeps the state (last start, data time) and asks.
 
 from __future__ import annotations
 
-from typing import Any
-
+from workers.records import Record
 from workers.sched.executor import Priority
-from workers.sched.triggers import EVERY, ON_CHANGE, next_refresh_due
+from workers.sched.triggers import EVERY, ON_CHANGE, TARGET_LAG, next_refresh_due
 
-Record = dict[str, Any]
 SCHEDULE, MANUAL = "SCHEDULE", "MANUAL"  # RunRecord.trigger: the clock, or a REFRESH_NOW command
 _URGENCY = {MANUAL: 0, SCHEDULE: 1}
 
@@ -30,7 +28,7 @@ def run_priority(task: Record, trigger: str) -> Priority:
         return Priority.URGENT
     if task["kind"] == "MV_LOG":
         return Priority.PURGE
-    return Priority.CHANGE if trigger_kind(task) in (ON_CHANGE, "TARGET_LAG") else Priority.PERIODIC
+    return Priority.CHANGE if trigger_kind(task) in (ON_CHANGE, TARGET_LAG) else Priority.PERIODIC
 
 
 def next_due(
