@@ -55,14 +55,8 @@ class _Writer:
     parsed: Any  # fastavro's parsed form of ``schema``
     fingerprint: bytes
     guard: Guard  # what fastavro's writer does not check itself (see validate.writer_guard)
-
-    @property
-    def header(self) -> bytes:
-        return MAGIC + self.fingerprint
-
-    @property
-    def is_record(self) -> bool:
-        return self.schema["type"] in ("record", "error")
+    header: bytes  # MAGIC + fingerprint
+    is_record: bool
 
 
 def schema_fingerprint(schema: Mapping[str, Any]) -> bytes:
@@ -71,8 +65,16 @@ def schema_fingerprint(schema: Mapping[str, Any]) -> bytes:
 
 
 def _writer(schema: dict[str, Any]) -> _Writer:
-    parsed = parse_schema(schema)
-    return _Writer(full_name(schema), schema, parsed, schema_fingerprint(schema), writer_guard(schema))
+    fingerprint = schema_fingerprint(schema)
+    return _Writer(
+        name=full_name(schema),
+        schema=schema,
+        parsed=parse_schema(schema),
+        fingerprint=fingerprint,
+        guard=writer_guard(schema),
+        header=MAGIC + fingerprint,
+        is_record=schema["type"] in ("record", "error"),
+    )
 
 
 def _write(writer: _Writer, record: Mapping[str, Any]) -> bytes:

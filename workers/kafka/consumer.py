@@ -36,7 +36,7 @@ from workers.kafka.deadletter import DeadLetterQueue, DeadLetterSink, undecodabl
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message, header_text, raw_headers
 from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
-from workers.topics import logical_name, topic_spec
+from workers.topics import TopicSpec, logical_name, topic_spec
 
 log = logging.getLogger(__name__)
 Partitions = list[tuple[str, int]]  # (logical topic, partition)
@@ -71,6 +71,7 @@ class TypedConsumer:
         self._pending: dict[_TP, int] = {}  # next offset after the last handed-out, uncommitted record
         self._consumed: dict[_TP, int] = {}  # next offset after the last record polled (incl. dead-lettered)
         self._eof: dict[_TP, int] = {}  # end offsets reported by enable.partition.eof
+        self._specs: dict[str, TopicSpec] = {}  # physical topic -> its declaration
 
     @property
     def codec(self) -> Codec:
@@ -80,6 +81,13 @@ class TypedConsumer:
 
     def _logical(self, physical: str) -> str:
         return logical_name(self.settings, physical)
+
+    def _spec(self, physical: str) -> TopicSpec:
+        """The declaration of a physical topic, looked up once (the poll path is hot)."""
+        spec = self._specs.get(physical)
+        if spec is None:
+            spec = self._specs[physical] = topic_spec(logical_name(self.settings, physical))
+        return spec
 
     def _to_logical(self, partitions: Sequence[TopicPartition]) -> Partitions:
         return [(self._logical(tp.topic), tp.partition) for tp in partitions]
@@ -227,7 +235,7 @@ class TypedConsumer:
                 key.decode()
             except UnicodeDecodeError:
                 return "key is not UTF-8"
-        spec = topic_spec(self._logical(str(raw.topic())))
+        spec = self._spec(str(raw.topic()))
         value = raw.value()
         if value is None:
             return self._message(raw, value=None, record_type=None)  # tombstone

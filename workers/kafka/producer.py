@@ -60,6 +60,8 @@ class TypedProducer:
         )
         self._errors: list[BusError] = []
         self._errors_lock = threading.Lock()
+        self._routes: dict[str, tuple[str, str | None]] = {}  # logical -> (physical, value schema)
+        self._collect_delivery_error = functools.partial(self._delivered, None)
 
     @property
     def codec(self) -> Codec:
@@ -83,19 +85,13 @@ class TypedProducer:
 
         ``partition`` overrides the key's partition (a command broadcast to every owner).
         ``on_delivery`` gets the record's outcome instead of ``flush`` raising its error."""
-        schema = topic_spec(topic).value_schema
+        physical, schema = self._route(topic)
         if schema is None:
             raise TypeError(f"topic {topic!r} has no value schema; it takes raw bytes only")
         value = self.codec.encode(schema, record)
-        raw_headers: RawHeaders = [(k, v.encode()) for k, v in (headers or {}).items()]
-        self.produce_raw(
-            topic,
-            None if key is None else key.encode(),
-            value,
-            raw_headers,
-            partition=partition,
-            on_delivery=on_delivery,
-        )
+        raw_headers: RawHeaders | None = [(k, v.encode()) for k, v in headers.items()] if headers else None
+        encoded_key = None if key is None else key.encode()
+        self._produce(physical, encoded_key, value, raw_headers, partition, on_delivery)
 
     def send_tombstone(self, topic: str, key: str) -> None:
         """A null value for ``key``: deletes it from a compacted topic (the catalog)."""
@@ -113,10 +109,31 @@ class TypedProducer:
     ) -> None:
         """Queue bytes as they are (the dlq, tombstones); role code uses ``send``. Raises a
         retriable ``BusError`` if librdkafka's queue stays full for ``QUEUE_FULL_WAIT_S``."""
+        self._produce(self._route(topic)[0], key, value, headers, partition, on_delivery)
+
+    def _route(self, topic: str) -> tuple[str, str | None]:
+        """(physical name, value schema) of a logical topic, looked up once (the send path is hot)."""
+        route = self._routes.get(topic)
+        if route is None:
+            spec = topic_spec(topic)
+            route = self._routes[topic] = (self.settings.topic(spec.name), spec.value_schema)
+        return route
+
+    def _produce(
+        self,
+        physical: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: RawHeaders | None,
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+    ) -> None:
         producer = self._client.get()
-        physical = self.settings.topic(topic_spec(topic).name)
-        callback = functools.partial(self._delivered, on_delivery)
-        deadline = time.monotonic() + QUEUE_FULL_WAIT_S
+        if on_delivery is None:
+            callback = self._collect_delivery_error
+        else:
+            callback = functools.partial(self._delivered, on_delivery)
+        deadline = None
         while True:
             try:
                 if partition is None:
@@ -134,6 +151,7 @@ class TypedProducer:
                     )
                 break
             except BufferError as exc:
+                deadline = deadline or time.monotonic() + QUEUE_FULL_WAIT_S
                 if time.monotonic() >= deadline:
                     raise BusError(f"produce to {physical}: local queue full", retriable=True) from exc
                 producer.poll(0.1)  # local queue full: serve deliveries, then try again
