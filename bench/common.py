@@ -6,12 +6,10 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
 
+from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
 from workers.status import table
-
-Record = dict[str, Any]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

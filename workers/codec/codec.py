@@ -31,6 +31,9 @@ from workers.codec.schemas import (
 )
 from workers.codec.validate import Guard, validate, writer_guard
 
+# A record as role code holds it: the decoded form of an Avro record, field name -> value.
+Record = dict[str, Any]
+
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 NAMESPACE = "io.mvs"
@@ -158,7 +161,7 @@ class Codec:
                 failure = exc
         raise CodecError(f"invalid {writer.name}: {type(failure).__name__}: {failure}") from failure
 
-    def decode(self, data: bytes) -> tuple[str, dict[str, Any]]:
+    def decode(self, data: bytes) -> tuple[str, Record]:
         """(full type name, record in the current shape); ``DecodeError`` says why it is unreadable."""
         found = self._by_header.get(data[:HEADER_SIZE])
         if found is None:
@@ -203,5 +206,5 @@ def encode(record_type: str, record: Mapping[str, Any]) -> bytes:
     return get_codec().encode(record_type, record)
 
 
-def decode(data: bytes) -> tuple[str, dict[str, Any]]:
+def decode(data: bytes) -> tuple[str, Record]:
     return get_codec().decode(data)

@@ -29,7 +29,7 @@ from confluent_kafka import (
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Message as RawMessage
 
-from workers.codec import Codec, DecodeError, get_codec
+from workers.codec import Codec, DecodeError, Record, get_codec
 from workers.config import Settings
 from workers.kafka.clients import lazy_consumer
 from workers.kafka.deadletter import DeadLetterQueue, DeadLetterSink, undecodable
@@ -207,7 +207,7 @@ class TypedConsumer:
         self,
         raw: RawMessage,
         *,
-        value: dict[str, Any] | None,
+        value: Record | None,
         record_type: str | None,
         raw_value: bytes | None = None,
         error: str | None = None,

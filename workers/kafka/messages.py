@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import Message as RawMessage
+
+from workers.codec import Record
 
 _MASK = 0xFFFFFFFF
 
@@ -36,7 +37,7 @@ class Message:
     partition: int
     offset: int
     key: str | None
-    value: dict[str, Any] | None
+    value: Record | None
     record_type: str | None
     headers: tuple[tuple[str, str], ...] = ()
     timestamp: int | None = None  # epoch milliseconds
