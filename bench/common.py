@@ -6,13 +6,11 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
 
+from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
 from workers.status import table
 from workers.worker.request import with_plan
-
-Record = dict[str, Any]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -8,7 +8,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHES = ("bench.sched_precision", "bench.skip_refresh", "bench.warm_vs_submit", "bench.fast_vs_complete")
+BENCHES = (
+    "bench.sched_precision",
+    "bench.skip_refresh",
+    "bench.warm_vs_submit",
+    "bench.fast_vs_complete",
+    "bench.codec_throughput",
+)
 
 
 def main() -> int:

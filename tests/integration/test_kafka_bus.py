@@ -282,6 +282,65 @@ def test_transactions_commit_records_and_offsets_atomically(bus: Settings, produ
         assert next_up.offset == e2.offset and e1.offset < e2.offset
 
 
+def test_transaction_commits_positions_only_when_it_commits(bus: Settings, producer: TypedProducer) -> None:
+    for event in ("e1", "e2"):
+        producer.send("ddl.results", event, ddl_result(event))
+    producer.flush()
+    group = bus.group("coordinator")
+    physical = (bus.topic("ddl.results"), 0)
+    txn = TypedProducer(bus, transactional_id=f"{bus.namespace}.txn")
+    transaction = txn.transaction
+    txn.init_transactions()
+    with (
+        TypedConsumer(bus, group_id=group) as consumer,
+        TypedConsumer(bus, group_id=group) as observer,  # assigned nothing: reads the group's offsets only
+    ):
+        consumer.subscribe(["ddl.results"])
+        (e1,) = poll_until(consumer, lambda got: len(got) == 1)
+        txn.begin()
+        txn.send_offsets(consumer)
+        # Sent, not committed (the broker holds the group's offsets as unstable until the end).
+        assert transaction.committed == {} and consumer.uncommitted() == [("ddl.results", 0)]
+        txn.commit()
+        assert transaction.committed == {physical: e1.offset + 1}
+        assert consumer.uncommitted() == []  # the transaction marked the consumer's positions committed
+        assert observer.committed("ddl.results", [0]) == {0: e1.offset + 1}
+
+        (e2,) = poll_until(consumer, lambda got: len(got) == 1)
+        txn.begin()
+        txn.send("catalog", "mv:aborted", task_record("mv:aborted"))
+        txn.send_offsets(consumer)
+        txn.abort()
+        assert transaction.committed == {physical: e1.offset + 1}  # nothing of the aborted one
+        assert consumer.uncommitted() == [("ddl.results", 0)]
+        assert observer.committed("ddl.results", [0]) == {0: e1.offset + 1}
+
+        txn.begin()  # a transaction without offsets commits records only
+        txn.send("catalog", "mv:records-only", task_record("mv:records-only"))
+        txn.commit()
+        assert consumer.uncommitted() == [("ddl.results", 0)]
+        assert observer.committed("ddl.results", [0]) == {0: e1.offset + 1}
+        assert e2.offset == e1.offset + 1
+    txn.close()
+    assert [m.key for m in read_to_end(bus, "catalog")] == ["mv:records-only"]
+
+
+def test_dead_letters_go_through_a_given_producer(bus: Settings, producer: TypedProducer) -> None:
+    producer.produce_raw("maintainer", b"mv:d", b"junk")
+    producer.flush()
+    with (
+        TypedProducer(bus) as dlq,
+        TypedConsumer(bus, group_id=bus.group("maintainers"), dlq_producer=dlq) as consumer,
+    ):
+        consumer.assign("maintainer", [partition_for("mv:d", 12)])
+        deadline = time.monotonic() + 30
+        while not read_to_end(bus, "dlq"):
+            assert consumer.poll(0.2) is None and time.monotonic() < deadline
+        assert consumer.committed("maintainer", [partition_for("mv:d", 12)]) == {partition_for("mv:d", 12): 1}
+    (letter,) = read_to_end(bus, "dlq")
+    assert letter.raw == b"junk" and letter.key == "mv:d" and letter.header("mvs.source.offset") == "0"
+
+
 def test_read_to_end_of_compacted_catalog(bus: Settings, producer: TypedProducer) -> None:
     producer.send("catalog", "mv:a", task_record("mv:a", 1))
     producer.send("catalog", "mv:b", task_record("mv:b", 1))

@@ -1,12 +1,22 @@
 """Avro records of mvs: schemas in ``schemas/``, single-object encoding (the only fastavro user)."""
 
-from workers.codec.codec import Codec, CodecError, DecodeError, decode, encode, get_codec, schema_fingerprint
+from workers.codec.codec import (
+    Codec,
+    CodecError,
+    DecodeError,
+    Record,
+    decode,
+    encode,
+    get_codec,
+    schema_fingerprint,
+)
 from workers.codec.schemas import SchemaError
 
 __all__ = [
     "Codec",
     "CodecError",
     "DecodeError",
+    "Record",
     "SchemaError",
     "decode",
     "encode",

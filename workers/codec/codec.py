@@ -29,7 +29,10 @@ from workers.codec.schemas import (
     load_definitions,
     load_history,
 )
-from workers.codec.validate import validate
+from workers.codec.validate import Guard, validate, writer_guard
+
+# A record as role code holds it: the decoded form of an Avro record, field name -> value.
+Record = dict[str, Any]
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
@@ -54,6 +57,9 @@ class _Writer:
     schema: dict[str, Any]  # self-contained JSON schema
     parsed: Any  # fastavro's parsed form of ``schema``
     fingerprint: bytes
+    guard: Guard  # what fastavro's writer does not check itself (see validate.writer_guard)
+    header: bytes  # MAGIC + fingerprint
+    is_record: bool
 
 
 def schema_fingerprint(schema: Mapping[str, Any]) -> bytes:
@@ -62,7 +68,25 @@ def schema_fingerprint(schema: Mapping[str, Any]) -> bytes:
 
 
 def _writer(schema: dict[str, Any]) -> _Writer:
-    return _Writer(full_name(schema), schema, parse_schema(schema), schema_fingerprint(schema))
+    fingerprint = schema_fingerprint(schema)
+    return _Writer(
+        name=full_name(schema),
+        schema=schema,
+        parsed=parse_schema(schema),
+        fingerprint=fingerprint,
+        guard=writer_guard(schema),
+        header=MAGIC + fingerprint,
+        is_record=schema["type"] in ("record", "error"),
+    )
+
+
+def _write(writer: _Writer, record: Mapping[str, Any]) -> bytes:
+    """fastavro's compiled writer, as strict as it goes: unknown fields and missing fields without
+    a default raise, and a tuple is not taken as a union branch name (tuple notation)."""
+    out = io.BytesIO()
+    out.write(writer.header)
+    schemaless_writer(out, writer.parsed, record, strict_allow_default=True, disable_tuple_notation=True)
+    return out.getvalue()
 
 
 class Codec:
@@ -73,12 +97,19 @@ class Codec:
         self._current: dict[str, _Writer] = {
             name: _writer(inline(name, self.definitions)) for name in dependency_order(self.definitions)
         }
+        # Short and full names, for encode's lookup.
+        self._by_name = {**self._current, **{n.rpartition(".")[2]: w for n, w in self._current.items()}}
         self._by_fingerprint: dict[bytes, _Writer] = {w.fingerprint: w for w in self._current.values()}
         for old in load_history(history_dir) if history_dir else []:
             writer = _writer(old)
             if writer.name not in self._current:
                 raise CodecError(f"history schema {writer.name} has no current version to be read as")
             self._by_fingerprint.setdefault(writer.fingerprint, writer)
+        # Decoding looks the whole header up at once: (writer, reader schema or None if the same).
+        self._by_header: dict[bytes, tuple[_Writer, Any]] = {
+            MAGIC + fp: (w, None if self._current[w.name] is w else self._current[w.name].parsed)
+            for fp, w in self._by_fingerprint.items()
+        }
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -110,43 +141,52 @@ class Codec:
             raise CodecError(f"invalid {name}: {problem}")
 
     def encode(self, record_type: str, record: Mapping[str, Any]) -> bytes:
-        name = self.resolve(record_type)
-        writer = self._current[name]
-        if writer.schema["type"] not in ("record", "error"):
-            raise CodecError(f"{name} is not a record type; only records are encoded on their own")
-        self.validate(name, record)
-        out = io.BytesIO()
-        out.write(MAGIC)
-        out.write(writer.fingerprint)
-        # Not strict: validate() already refused unknown and missing required fields, and
-        # fastavro writes an absent field's default (null) then.
-        schemaless_writer(out, writer.parsed, record)
-        return out.getvalue()
+        """Single-object bytes of ``record``; ``CodecError`` names the first field that does not
+        match the schema. Fast path: the guard, then fastavro's compiled writer; the validator
+        runs only when one of them refuses the record, to say why."""
+        writer = self._by_name.get(record_type) or self._current[self.resolve(record_type)]
+        if not writer.is_record:
+            raise CodecError(f"{writer.name} is not a record type; only records are encoded on their own")
+        failure: Exception | None = None
+        if writer.guard(record):
+            try:
+                return _write(writer, record)
+            except Exception as exc:  # fastavro raises TypeError, ValueError, AttributeError...
+                failure = exc
+        self.validate(writer.name, record)
+        if failure is None:  # the guard is stricter than the schema (a Mapping, an int subclass)
+            try:
+                return _write(writer, record)
+            except Exception as exc:
+                failure = exc
+        raise CodecError(f"invalid {writer.name}: {type(failure).__name__}: {failure}") from failure
 
-    def decode(self, data: bytes) -> tuple[str, dict[str, Any]]:
+    def decode(self, data: bytes) -> tuple[str, Record]:
         """(full type name, record in the current shape); ``DecodeError`` says why it is unreadable."""
-        if len(data) < HEADER_SIZE:
-            raise DecodeError(f"truncated: {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
-        if data[:2] != MAGIC:
-            raise DecodeError(f"bad magic {data[:2].hex()}: not Avro single-object encoding (c301)")
-        fp = data[2:HEADER_SIZE]
-        writer = self._by_fingerprint.get(fp)
-        if writer is None:
-            raise DecodeError(f"unknown schema fingerprint {fp.hex()}")
-        current = self._current[writer.name]
-        body = io.BytesIO(data[HEADER_SIZE:])
+        found = self._by_header.get(data[:HEADER_SIZE])
+        if found is None:
+            raise DecodeError(self._unreadable_header(data))
+        writer, reader = found
+        body = io.BytesIO(data)
+        body.seek(HEADER_SIZE)
         try:
-            reader = None if current is writer else current.parsed
             record = schemaless_reader(body, writer.parsed, reader)
         except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError... on bad bodies
             problem = f"{type(exc).__name__}: {exc}"
             raise DecodeError(f"corrupt or truncated {writer.name} body: {problem}") from exc
-        if body.tell() != len(data) - HEADER_SIZE:
-            extra = len(data) - HEADER_SIZE - body.tell()
-            raise DecodeError(f"{extra} trailing bytes after the {writer.name} body")
+        if body.tell() != len(data):
+            raise DecodeError(f"{len(data) - body.tell()} trailing bytes after the {writer.name} body")
         if not isinstance(record, dict):
             raise DecodeError(f"{writer.name} is not a record type")
         return writer.name, record
+
+    @staticmethod
+    def _unreadable_header(data: bytes) -> str:
+        if len(data) < HEADER_SIZE:
+            return f"truncated: {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header"
+        if data[:2] != MAGIC:
+            return f"bad magic {data[:2].hex()}: not Avro single-object encoding (c301)"
+        return f"unknown schema fingerprint {data[2:HEADER_SIZE].hex()}"
 
 
 _lock = threading.Lock()
@@ -166,5 +206,5 @@ def encode(record_type: str, record: Mapping[str, Any]) -> bytes:
     return get_codec().encode(record_type, record)
 
 
-def decode(data: bytes) -> tuple[str, dict[str, Any]]:
+def decode(data: bytes) -> tuple[str, Record]:
     return get_codec().decode(data)

@@ -29,6 +29,9 @@ class Lazy(Generic[T]):
         self._lock = threading.Lock()
 
     def get(self) -> T:
+        value = self._value
+        if value is not None:  # built: no lock needed to read it (the send path is hot)
+            return value
         with self._lock:
             if self._value is None:
                 self._value = self._factory()

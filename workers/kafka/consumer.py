@@ -2,7 +2,7 @@
 
 Offsets: every record ``poll`` hands out (or dead-letters) is *stored* by librdkafka;
 ``commit()`` commits what is stored, ``commit(message)`` commits up to that message, and a
-transactional producer's ``send_offsets(consumer)`` commits the positions. A dead-lettered
+transaction (``workers.kafka.transaction``) commits the positions. A dead-lettered
 record is committed at once when no handed-out record before it awaits a commit (so a
 commit can never skip unprocessed work); otherwise the next commit covers it.
 
@@ -29,22 +29,14 @@ from confluent_kafka import (
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Message as RawMessage
 
-from workers.codec import Codec, DecodeError, get_codec
+from workers.codec import Codec, DecodeError, Record, get_codec
 from workers.config import Settings
 from workers.kafka.clients import lazy_consumer
+from workers.kafka.deadletter import DeadLetterQueue, DeadLetterSink, undecodable
 from workers.kafka.errors import BusError
-from workers.kafka.messages import (
-    DLQ_TOPIC,
-    H_ERROR,
-    H_OFFSET,
-    H_PARTITION,
-    H_TOPIC,
-    Message,
-    dead_letter_headers,
-)
-from workers.kafka.producer import TypedProducer
+from workers.kafka.messages import Message, header_text, raw_headers
 from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
-from workers.topics import logical_name, topic_spec
+from workers.topics import TopicSpec, logical_name, topic_spec
 
 log = logging.getLogger(__name__)
 Partitions = list[tuple[str, int]]  # (logical topic, partition)
@@ -52,19 +44,7 @@ RebalanceCallback = Callable[[Partitions], None]
 _TP = tuple[str, int]  # (physical topic, partition)
 _RawCallback = Callable[[RawConsumer, list[TopicPartition]], None]
 
-__all__ = ["DLQ_TOPIC", "H_ERROR", "H_OFFSET", "H_PARTITION", "H_TOPIC", "Partitions", "TypedConsumer"]
-RawHeaders = list[tuple[str, str | bytes | None]]
-
-
-def _header_text(value: str | bytes | None) -> str:
-    if value is None:
-        return ""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _raw_headers(raw: RawMessage) -> RawHeaders:
-    headers = raw.headers() or []
-    return list(headers.items()) if isinstance(headers, dict) else list(headers)
+__all__ = ["Partitions", "RebalanceCallback", "TypedConsumer"]
 
 
 class TypedConsumer:
@@ -79,7 +59,7 @@ class TypedConsumer:
         dead_letters: bool = True,
         config: Mapping[str, str] | None = None,
         codec: Codec | None = None,
-        dlq_producer: TypedProducer | None = None,
+        dlq_producer: DeadLetterSink | None = None,
     ) -> None:
         self.settings = settings
         self.group_id = group_id
@@ -87,11 +67,11 @@ class TypedConsumer:
         throwaway = f"{settings.namespace}.reader.{uuid.uuid4().hex}"
         self._client = lazy_consumer(settings, group_id or throwaway, config)
         self._codec = codec
-        self._dlq = dlq_producer
-        self._owns_dlq = dlq_producer is None
+        self._dlq = DeadLetterQueue(settings, dlq_producer)
         self._pending: dict[_TP, int] = {}  # next offset after the last handed-out, uncommitted record
         self._consumed: dict[_TP, int] = {}  # next offset after the last record polled (incl. dead-lettered)
         self._eof: dict[_TP, int] = {}  # end offsets reported by enable.partition.eof
+        self._specs: dict[str, TopicSpec] = {}  # physical topic -> its declaration
 
     @property
     def codec(self) -> Codec:
@@ -101,6 +81,13 @@ class TypedConsumer:
 
     def _logical(self, physical: str) -> str:
         return logical_name(self.settings, physical)
+
+    def _spec(self, physical: str) -> TopicSpec:
+        """The declaration of a physical topic, looked up once (the poll path is hot)."""
+        spec = self._specs.get(physical)
+        if spec is None:
+            spec = self._specs[physical] = topic_spec(logical_name(self.settings, physical))
+        return spec
 
     def _to_logical(self, partitions: Sequence[TopicPartition]) -> Partitions:
         return [(self._logical(tp.topic), tp.partition) for tp in partitions]
@@ -220,7 +207,7 @@ class TypedConsumer:
         self,
         raw: RawMessage,
         *,
-        value: dict[str, Any] | None,
+        value: Record | None,
         record_type: str | None,
         raw_value: bytes | None = None,
         error: str | None = None,
@@ -234,7 +221,7 @@ class TypedConsumer:
             key=None if key is None else key.decode(errors="replace"),
             value=value,
             record_type=record_type,
-            headers=tuple((k, _header_text(v)) for k, v in _raw_headers(raw)),
+            headers=tuple((k, header_text(v)) for k, v in raw_headers(raw)),
             timestamp=None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
             raw=raw_value,
             error=error,
@@ -248,7 +235,7 @@ class TypedConsumer:
                 key.decode()
             except UnicodeDecodeError:
                 return "key is not UTF-8"
-        spec = topic_spec(self._logical(str(raw.topic())))
+        spec = self._spec(str(raw.topic()))
         value = raw.value()
         if value is None:
             return self._message(raw, value=None, record_type=None)  # tombstone
@@ -264,12 +251,8 @@ class TypedConsumer:
 
     def _dead_letter(self, raw: RawMessage, reason: str) -> None:
         topic, partition, offset = str(raw.topic()), int(raw.partition() or 0), int(raw.offset() or 0)
-        headers = _raw_headers(raw) + list(dead_letter_headers(reason, topic, partition, offset))
-        if self._dlq is None:
-            self._dlq = TypedProducer(self.settings, codec=self._codec)
         try:
-            self._dlq.produce_raw(DLQ_TOPIC, raw.key(), raw.value(), headers)
-            self._dlq.flush()
+            self._dlq.put(undecodable(raw, reason))
         except BusError:
             # Not lost: read it again on the next poll.
             self._client.get().seek(TopicPartition(topic, partition, offset))
@@ -326,8 +309,23 @@ class TypedConsumer:
         return self._client.get().consumer_group_metadata()
 
     def mark_committed(self) -> None:
-        """Called by a producer whose transaction committed this consumer's positions."""
+        """Called by a transaction that committed this consumer's positions."""
         self._pending.clear()
+
+    def uncommitted(self) -> Partitions:
+        """Partitions with records handed out since their last commit."""
+        return [(self._logical(topic), partition) for topic, partition in sorted(self._pending)]
+
+    def committed(
+        self, topic: str, partitions: Sequence[int], timeout_s: float = 10.0
+    ) -> dict[int, int | None]:
+        """The group's committed offset per partition of ``topic`` (None: nothing committed)."""
+        physical = self.settings.topic(topic_spec(topic).name)
+        try:
+            found = self._client.get().committed([TopicPartition(physical, p) for p in partitions], timeout_s)
+        except KafkaException as exc:
+            raise BusError.from_kafka("committed offsets", exc) from exc
+        return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
 
     def seek_to_committed(self, timeout_s: float = 10.0) -> None:
         """Rewind every assigned partition to its committed offset (after an aborted transaction)."""
@@ -378,8 +376,7 @@ class TypedConsumer:
         consumer = self._client.reset()
         if consumer is not None:
             consumer.close()
-        if self._owns_dlq and self._dlq is not None:
-            self._dlq.close()
+        self._dlq.close()
 
     def __enter__(self) -> TypedConsumer:
         return self

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from confluent_kafka import Message as RawMessage
+
+from workers.codec import Record
 
 _MASK = 0xFFFFFFFF
 
-# The dead-letter topic and the headers saying why and where a record came from.
-DLQ_TOPIC = "dlq"
-H_ERROR = "mvs.error"
-H_TOPIC, H_PARTITION, H_OFFSET = "mvs.source.topic", "mvs.source.partition", "mvs.source.offset"
+# Headers as librdkafka takes and gives them.
+RawHeaders = list[tuple[str, str | bytes | None]]
 
 
-def dead_letter_headers(
-    reason: str, physical_topic: str, partition: int, offset: int
-) -> list[tuple[str, bytes]]:
-    """The headers a dead letter carries besides its own: why, and where it was read."""
-    return [
-        (H_ERROR, reason.encode()),
-        (H_TOPIC, physical_topic.encode()),
-        (H_PARTITION, str(partition).encode()),
-        (H_OFFSET, str(offset).encode()),
-    ]
+def raw_headers(raw: RawMessage) -> RawHeaders:
+    headers = raw.headers() or []
+    return list(headers.items()) if isinstance(headers, dict) else list(headers)
+
+
+def header_text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Message:
     partition: int
     offset: int
     key: str | None
-    value: dict[str, Any] | None
+    value: Record | None
     record_type: str | None
     headers: tuple[tuple[str, str], ...] = ()
     timestamp: int | None = None  # epoch milliseconds

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as RawMessage
@@ -15,16 +15,14 @@ from confluent_kafka import Message as RawMessage
 from workers.codec import Codec, get_codec
 from workers.config import Settings
 from workers.kafka.clients import lazy_producer
+from workers.kafka.deadletter import DLQ_TOPIC, unhandled
 from workers.kafka.errors import BusError
-from workers.kafka.messages import DLQ_TOPIC, Message, dead_letter_headers
+from workers.kafka.messages import Message, RawHeaders
 from workers.kafka.retry import TXN_RETRY, RetryPolicy
+from workers.kafka.transaction import OffsetSource, Transaction
 from workers.topics import topic_spec
 
-if TYPE_CHECKING:
-    from workers.kafka.consumer import TypedConsumer
-
 log = logging.getLogger(__name__)
-RawHeaders = list[tuple[str, str | bytes | None]]
 # Called (from ``poll``/``flush``, on the caller's thread) with None once a record is acknowledged,
 # or with the error that made librdkafka give up on it.
 DeliveryCallback = Callable[[BusError | None], None]
@@ -57,11 +55,13 @@ class TypedProducer:
         self.transactional_id = transactional_id
         self._client = lazy_producer(settings, transactional_id=transactional_id, extra=config)
         self._codec = codec
-        self._txn_retry = txn_retry
-        self._txn_timeout_s = txn_timeout_s
+        self.transaction = Transaction(
+            self._client, transactional_id, retry=txn_retry, timeout_s=txn_timeout_s
+        )
         self._errors: list[BusError] = []
         self._errors_lock = threading.Lock()
-        self._offsets_sent: list[TypedConsumer] = []
+        self._routes: dict[str, tuple[str, str | None]] = {}  # logical -> (physical, value schema)
+        self._collect_delivery_error = functools.partial(self._delivered, None)
 
     @property
     def codec(self) -> Codec:
@@ -85,19 +85,13 @@ class TypedProducer:
 
         ``partition`` overrides the key's partition (a command broadcast to every owner).
         ``on_delivery`` gets the record's outcome instead of ``flush`` raising its error."""
-        schema = topic_spec(topic).value_schema
+        physical, schema = self._route(topic)
         if schema is None:
             raise TypeError(f"topic {topic!r} has no value schema; it takes raw bytes only")
         value = self.codec.encode(schema, record)
-        raw_headers: RawHeaders = [(k, v.encode()) for k, v in (headers or {}).items()]
-        self.produce_raw(
-            topic,
-            None if key is None else key.encode(),
-            value,
-            raw_headers,
-            partition=partition,
-            on_delivery=on_delivery,
-        )
+        raw_headers: RawHeaders | None = [(k, v.encode()) for k, v in headers.items()] if headers else None
+        encoded_key = None if key is None else key.encode()
+        self._produce(physical, encoded_key, value, raw_headers, partition, on_delivery)
 
     def send_tombstone(self, topic: str, key: str) -> None:
         """A null value for ``key``: deletes it from a compacted topic (the catalog)."""
@@ -115,10 +109,31 @@ class TypedProducer:
     ) -> None:
         """Queue bytes as they are (the dlq, tombstones); role code uses ``send``. Raises a
         retriable ``BusError`` if librdkafka's queue stays full for ``QUEUE_FULL_WAIT_S``."""
+        self._produce(self._route(topic)[0], key, value, headers, partition, on_delivery)
+
+    def _route(self, topic: str) -> tuple[str, str | None]:
+        """(physical name, value schema) of a logical topic, looked up once (the send path is hot)."""
+        route = self._routes.get(topic)
+        if route is None:
+            spec = topic_spec(topic)
+            route = self._routes[topic] = (self.settings.topic(spec.name), spec.value_schema)
+        return route
+
+    def _produce(
+        self,
+        physical: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: RawHeaders | None,
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+    ) -> None:
         producer = self._client.get()
-        physical = self.settings.topic(topic_spec(topic).name)
-        callback = functools.partial(self._delivered, on_delivery)
-        deadline = time.monotonic() + QUEUE_FULL_WAIT_S
+        if on_delivery is None:
+            callback = self._collect_delivery_error
+        else:
+            callback = functools.partial(self._delivered, on_delivery)
+        deadline = None
         while True:
             try:
                 if partition is None:
@@ -136,6 +151,7 @@ class TypedProducer:
                     )
                 break
             except BufferError as exc:
+                deadline = deadline or time.monotonic() + QUEUE_FULL_WAIT_S
                 if time.monotonic() >= deadline:
                     raise BusError(f"produce to {physical}: local queue full", retriable=True) from exc
                 producer.poll(0.1)  # local queue full: serve deliveries, then try again
@@ -170,19 +186,8 @@ class TypedProducer:
     def send_dead_letter(self, message: Message, reason: str) -> None:
         """Queue ``message`` (re-encoded) on the dlq with why it could not be handled, the way
         ``TypedConsumer`` dead-letters an undecodable record; inside a transaction, if one is open."""
-        spec = topic_spec(message.topic)
-        value: bytes | None = message.raw
-        if value is None and message.value is not None and spec.value_schema is not None:
-            try:
-                value = self.codec.encode(spec.value_schema, message.value)
-            except Exception:  # the record is what could not be handled: keep what can be kept
-                value = repr(message.value).encode()
-        headers: RawHeaders = [(k, v.encode()) for k, v in message.headers]
-        headers += dead_letter_headers(
-            reason, self.settings.topic(spec.name), message.partition, message.offset
-        )
-        key = None if message.key is None else message.key.encode()
-        self.produce_raw(DLQ_TOPIC, key, value, headers)
+        letter = unhandled(message, reason, self.settings, self.codec)
+        self.produce_raw(DLQ_TOPIC, letter.key, letter.value, letter.headers)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued record is acknowledged; raise if any was not."""
@@ -205,58 +210,32 @@ class TypedProducer:
         if remaining:
             raise BusError(f"{remaining} record(s) not delivered within {timeout_s}s", retriable=True)
 
-    # -- transactions --------------------------------------------------------------------
+    # -- transactions (see workers.kafka.transaction) -------------------------------------
 
-    def _txn(self, what: str, call: Any, *args: Any) -> None:
-        if not self.transactional_id:
-            raise BusError(f"{what}: producer has no transactional.id")
-        try:
-            call(*args)
-        except KafkaException as exc:
-            raise BusError.from_kafka(f"{what} ({self.transactional_id})", exc) from exc
+    def _forget_delivery_errors(self) -> None:
+        # After a commit every delivery of the transaction succeeded; after an abort none counts.
+        with self._errors_lock:
+            self._errors.clear()
 
     def init_transactions(self, timeout_s: float | None = None) -> None:
-        """Register the transactional id, fencing any older producer that used it (and aborting
-        a transaction it left open)."""
-        producer = self._client.get()
-        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        self._txn_retry.call(lambda: self._txn("init_transactions", producer.init_transactions, timeout))
+        self.transaction.init(timeout_s)
 
     def begin(self) -> None:
-        self._offsets_sent.clear()
-        self._txn("begin_transaction", self._client.get().begin_transaction)
+        self.transaction.begin()
 
-    def send_offsets(self, consumer: TypedConsumer, timeout_s: float | None = None) -> None:
+    def send_offsets(self, consumer: OffsetSource, timeout_s: float | None = None) -> None:
         """Commit ``consumer``'s current positions as part of this transaction."""
-        positions = consumer.raw_positions()
-        if not positions:
-            return
-        metadata = consumer.group_metadata()
-        producer = self._client.get()
-        send = producer.send_offsets_to_transaction
-        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        self._txn("send_offsets_to_transaction", send, positions, metadata, timeout)
-        self._offsets_sent.append(consumer)
+        self.transaction.send_offsets(consumer, timeout_s)
 
     def commit(self, timeout_s: float | None = None) -> None:
         """Commit the transaction; ``BusError.abort_required`` means: ``abort()`` and redo it."""
-        producer = self._client.get()
-        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        self._txn_retry.call(lambda: self._txn("commit_transaction", producer.commit_transaction, timeout))
-        with self._errors_lock:
-            self._errors.clear()  # deliveries of a committed transaction all succeeded
-        for consumer in self._offsets_sent:
-            consumer.mark_committed()
-        self._offsets_sent.clear()
+        self.transaction.commit(timeout_s)
+        self._forget_delivery_errors()
 
     def abort(self, timeout_s: float | None = None) -> None:
         """Abort the transaction: its records are never seen by read_committed consumers."""
-        producer = self._client.get()
-        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        self._txn_retry.call(lambda: self._txn("abort_transaction", producer.abort_transaction, timeout))
-        with self._errors_lock:
-            self._errors.clear()
-        self._offsets_sent.clear()
+        self.transaction.abort(timeout_s)
+        self._forget_delivery_errors()
 
     # -- lifecycle -----------------------------------------------------------------------
 
