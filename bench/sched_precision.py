@@ -114,7 +114,7 @@ def run_mvs(tasks: int, interval_s: float, seconds: float, slots: int) -> Outcom
     lateness = Lateness(t0 + interval_s, t0 + seconds)
     due = RecordingDueQueue()
     manager = Manager(settings, runner=NoopRunner(due, lateness))
-    manager.due = due  # before any maintainer exists: they all get this queue
+    manager.host.due = due  # before any maintainer exists: they all get this queue
     every = int(interval_s * 1000)
     arrivals = deque(
         (t0 + i * interval_s / tasks, mv_task(f"m{i}", trigger="EVERY", interval_ms=every, query="SELECT 1"))
@@ -124,17 +124,17 @@ def run_mvs(tasks: int, interval_s: float, seconds: float, slots: int) -> Outcom
     try:
         while (now := time.monotonic()) < lateness.end:
             while arrivals and arrivals[0][0] <= now:
-                manager.add_task(arrivals.popleft()[1], partition=0)
-            manager.tick()
-            manager._outbox.clear()  # the run records would go to Kafka; this bench has no broker
-            wakes = [manager.due.next_due(), arrivals[0][0] if arrivals else None, lateness.end]
+                manager.host.add_task(arrivals.popleft()[1], partition=0)
+            manager.host.tick()
+            manager.host.outbox.clear()  # the run records would go to Kafka; this bench has no broker
+            wakes = [manager.host.due.next_due(), arrivals[0][0] if arrivals else None, lateness.end]
             pause = min(TICK_S, min(t for t in wakes if t is not None) - time.monotonic())
             if pause > 0:
                 time.sleep(pause)
         cpu_pct = cpu()
     finally:
-        manager.executor.shutdown(timeout_s=30)
-    return Outcome(lateness.samples, cpu_pct, manager.executor.metrics().rejected)
+        manager.host.executor.shutdown(timeout_s=30)
+    return Outcome(lateness.samples, cpu_pct, manager.host.executor.metrics().rejected)
 
 
 def run_apscheduler(tasks: int, interval_s: float, seconds: float, slots: int) -> Outcome:

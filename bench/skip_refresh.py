@@ -50,14 +50,14 @@ class JobCounter:
 
 def timed_tick(manager: Manager, task_id: str, *, wait_for_run: bool) -> float:
     """Make the task due now and time the tick that handles it (and, for a real run, its outcome)."""
-    manager.due.schedule(task_id, time.monotonic())
+    manager.host.due.schedule(task_id, time.monotonic())
     started = time.perf_counter()
-    manager.tick()
+    manager.host.tick()
     if wait_for_run:
-        assert manager.executor.wait_idle(timeout_s=WAIT_S), "refresh did not finish"
-        manager.tick()  # the outcome handled: the run recorded, the next one scheduled
+        assert manager.host.executor.wait_idle(timeout_s=WAIT_S), "refresh did not finish"
+        manager.host.tick()  # the outcome handled: the run recorded, the next one scheduled
     elapsed = time.perf_counter() - started
-    manager._outbox.clear()  # the run records would go to Kafka; this bench has no broker
+    manager.host.outbox.clear()  # the run records would go to Kafka; this bench has no broker
     return elapsed
 
 
@@ -74,8 +74,8 @@ def main() -> None:
     jobs = JobCounter(spark)
     manager = Manager(settings)
     task = mv_task("by_region", trigger="EVERY", interval_ms=3_600_000, query=QUERY, base_tables=["sales"])
-    manager.add_task(task, partition=0)
-    maintainer = manager.owned[task["task_id"]]
+    manager.host.add_task(task, partition=0)
+    maintainer = manager.host.owned[task["task_id"]]
     try:
         timed_tick(manager, task["task_id"], wait_for_run=True)  # the first, real refresh (and warm-up)
         assert maintainer.last_run is not None and maintainer.last_run["state"] == "COMPLETED"
@@ -96,7 +96,7 @@ def main() -> None:
             assert maintainer.last_run["state"] == "COMPLETED", maintainer.last_run
             real_jobs.append(jobs.snapshot()[1] - seen)
     finally:
-        manager.executor.shutdown(timeout_s=WAIT_S)
+        manager.host.executor.shutdown(timeout_s=WAIT_S)
 
     skip_ms, real_ms = [s * 1000 for s in skips], [s * 1000 for s in real]
     new_jobs = after[1] - before[1]

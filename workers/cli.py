@@ -48,7 +48,7 @@ from workers.cli_failures import (
     failure,
     within,
 )
-from workers.config import Settings
+from workers.config import DEFAULT_CLIENT_TIMEOUT_S, Settings
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -62,8 +62,6 @@ __all__ = [
     "error_line",
     "main",
 ]
-
-DEFAULT_TIMEOUT_S = 30.0
 
 
 def _timeout_option(default: float) -> argparse.ArgumentParser:
@@ -86,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", "--debug", action="store_true", help="librdkafka logs and tracebacks"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    bounded = _timeout_option(DEFAULT_TIMEOUT_S)
+    bounded = _timeout_option(DEFAULT_CLIENT_TIMEOUT_S)
     topics = sub.add_parser("topics", help="manage the topics declared in topics/", parents=[bounded])
     topics.add_argument("action", choices=["apply"])
     topics.set_defaults(func=cmd_topics, watchdog=True)

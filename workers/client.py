@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from workers.catalog.errors import ErrorCode
-from workers.config import Settings
+from workers.config import DEFAULT_CLIENT_TIMEOUT_S, Settings
 from workers.ddl.parser import parse_statement
 from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
 from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
@@ -34,7 +34,6 @@ from workers.records import Record
 from workers.topics import TopicConfigError, ddl_topic
 
 T = TypeVar("T")
-DEFAULT_TIMEOUT_S = 30.0
 RECENT_HEARTBEATS = 2000  # enough to hold every live worker's newest heartbeat
 _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
@@ -163,7 +162,7 @@ class MvsClient:
             self._producer_timeout_s = timeout_s
         return self._producer
 
-    def publish(self, event: Record, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    def publish(self, event: Record, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> str:
         """Publish one DdlEvent; returns its event id. With ``MVS_DDL_INBOX=1`` it goes to this
         principal's inbox, and the coordinator sets ``issued_by`` (README "Security")."""
         deadline = Deadline(timeout_s)
@@ -220,19 +219,19 @@ class MvsClient:
         with _bus_errors():
             return read_to_end(settings, topic, timeout_s=deadline.remaining(), last=last)
 
-    def tasks(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Record]:
+    def tasks(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> dict[str, Record]:
         """The catalog: the live tasks (the last record per task id; a tombstone removes)."""
         messages = self._read("catalog", Deadline(timeout_s))
         return {key: m.value for key, m in latest_by_key(messages).items() if m.value is not None}
 
-    def loop_errors(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str | None]:
+    def loop_errors(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> dict[str, str | None]:
         """Worker id → the last error its loop survived (None: none), from each worker's newest
         heartbeat among the recent ones (workers heartbeat at least every few seconds)."""
         messages = self._read("coordinator", Deadline(timeout_s), last=RECENT_HEARTBEATS)
         return {key: (m.value or {}).get("loop_error") for key, m in latest_by_key(messages).items()}
 
     def history(
-        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_TIMEOUT_S
+        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S
     ) -> list[Record]:
         """Run records, newest last; the latest record per run id wins (RUNNING → COMPLETED)."""
         runs: dict[str, Record] = {}
@@ -244,7 +243,7 @@ class MvsClient:
         return ordered[-limit:]
 
     def ddl_history(
-        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_TIMEOUT_S
+        self, task_id: str | None = None, limit: int = 50, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S
     ) -> list[Record]:
         """Every DDL event with the coordinator's answer: the task's lifecycle, refusals included."""
         deadline = Deadline(timeout_s)
@@ -276,7 +275,7 @@ class MvsClient:
     def close(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            producer.close(timeout_s=self._producer_timeout_s or DEFAULT_TIMEOUT_S)
+            producer.close(timeout_s=self._producer_timeout_s or DEFAULT_CLIENT_TIMEOUT_S)
 
 
 def attempt(call: Callable[[], T]) -> tuple[T | None, MvsClientError | None]:

@@ -41,6 +41,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = REPO_ROOT / ".cache"
 EMBEDDED_BOOTSTRAP = "127.0.0.1:19092"
 KAFKA_OPTION_PREFIX = "MVS_KAFKA_"
+# How long a client command (`mvs …`, MvsClient calls) waits for the bus unless told otherwise.
+DEFAULT_CLIENT_TIMEOUT_S = 30.0
 
 
 def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:

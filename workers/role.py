@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workers.kafka.errors import BusError
+from workers.sched.clock import SystemClock
 from workers.sched.metrics import SchedMetrics, process_metrics
 from workers.sched.retry import LOOP_ERROR_RETRY, RetryPolicy
 
@@ -119,7 +120,7 @@ class LoopRole(ABC):
         delay = self.error_policy.delay(failures)
         message = f"{type(exc).__name__}: {exc}"
         self.last_error = LoopError(
-            at_ms=time.time_ns() // 1_000_000,
+            at_ms=SystemClock().wall_ms(),
             message=message,
             traceback="".join(traceback.format_exception(exc)),
             consecutive=failures,

@@ -35,7 +35,7 @@ def test_two_workers_each_task_owned_by_exactly_one(
             return found if len(found) == len(task_ids) else None
 
         reported = wait_until(owners, what="every task refreshed and reported")
-        owned = [set(m.owned) for m in cluster.managers]
+        owned = [set(m.host.owned) for m in cluster.managers]
         assert owned[0].isdisjoint(owned[1])
         assert owned[0] | owned[1] == task_ids
         assert all(owned), "with 12 partitions and 2 members both must own something"

@@ -108,6 +108,6 @@ def test_a_base_table_deleted_mid_life_fails_the_mv_once_without_retrying(
     assert (error["code"], error["retryable"]) == (1003, False)
     assert "base table sales does not exist" in error["message"] and "RESUME" in error["message"]
     manager = cluster.managers[0]
-    assert f"mv:{name}" not in manager.due  # nothing scheduled: no retry loop
+    assert f"mv:{name}" not in manager.host.due  # nothing scheduled: no retry loop
     errors = [r for r in cluster.client.history(f"mv:{name}", limit=1000) if r["state"] == "ERROR"]
     assert len(errors) == 1 and "sales" in errors[0]["message"]

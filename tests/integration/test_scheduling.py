@@ -86,7 +86,7 @@ def test_run_past_its_timeout_is_cancelled_frees_its_slot_and_shows_in_history_a
             "CREATE MATERIALIZED VIEW small_copy REFRESH COMPLETE ON DEMAND AS SELECT id FROM small"
         )
         assert created["accepted"]
-        executor = cluster.managers[0].executor
+        executor = cluster.managers[0].host.executor
         wait_until(lambda: executor.metrics().waiting == 1, what="the small MV queued behind the slow run")
 
         failed = wait_for_run(cluster, "mv:pairs", "ERROR", slow["run_id"])

@@ -51,9 +51,9 @@ def test_drop_mv_removes_task_and_stops_refreshing(cluster: Cluster, spark: Any)
     wait_until(lambda: caught_up(cluster, "mv:by_region"), what="first refresh")
     assert cluster.sql("DROP MATERIALIZED VIEW by_region")["accepted"]
     manager = cluster.managers[0]
-    wait_until(lambda: "mv:by_region" not in manager.owned, what="maintainer removed")
+    wait_until(lambda: "mv:by_region" not in manager.host.owned, what="maintainer removed")
     assert cluster.task("mv:by_region") is None
-    assert "mv:by_region" not in manager.due
+    assert "mv:by_region" not in manager.host.due
     assert not table_exists(cluster.settings, "by_region")
     runs_after_drop = len(cluster.client.history("mv:by_region", limit=1000))
     append(spark, cluster.settings, "sales", rows(200, 3))

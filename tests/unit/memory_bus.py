@@ -19,8 +19,9 @@ from typing import Any
 from workers.bus import DeliveryCallback, Partitions, RebalanceCallback
 from workers.catalog.store import live_tasks
 from workers.codec import get_codec
+from workers.kafka.deadletter import DLQ_TOPIC, provenance
 from workers.kafka.errors import BusError
-from workers.kafka.messages import DLQ_TOPIC, Message, dead_letter_headers, partition_for
+from workers.kafka.messages import Message, partition_for
 from workers.records import Record
 from workers.topics import topic_spec
 
@@ -283,8 +284,7 @@ class MemoryProducer:
         if value is None and message.value is not None:
             value = self.bus.encode(message.topic, message.value)
         headers = tuple(message.headers) + tuple(
-            (k, v.decode())
-            for k, v in dead_letter_headers(reason, message.topic, message.partition, message.offset)
+            (k, v.decode()) for k, v in provenance(reason, message.topic, message.partition, message.offset)
         )
         entry = _Entry(message.key, value, headers)
         self._produce(

@@ -13,7 +13,7 @@ from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, handle_ddl
 from workers.coordinator.service import Coordinator, DdlHandler
 from workers.ddl.parser import parse_statement
-from workers.kafka.messages import H_ERROR
+from workers.kafka.deadletter import H_ERROR
 from workers.records import Record
 from workers.sched.clock import ManualClock
 from workers.topics import topic_spec

@@ -41,7 +41,7 @@ class World:
 
     def settle(self) -> None:
         """Steps until every run ended and its records went out."""
-        assert self.manager.executor.wait_idle(timeout_s=WAIT)
+        assert self.manager.host.executor.wait_idle(timeout_s=WAIT)
         self.step()
 
     def heartbeats(self) -> list[Record]:
@@ -129,7 +129,7 @@ def test_commands_of_an_older_coordinator_or_from_the_future_are_ignored(world: 
     w.command("ADD_MAINTAINER", {**task, "epoch": 3, "owner": "w1"}, coordinator_epoch=future)
     for _ in range(3):
         w.step()
-    assert not w.manager.owned and "mv:a" in w.manager.host.waiting
+    assert not w.manager.host.owned and "mv:a" in w.manager.host.waiting
     assert w.manager.host.coordinator_epoch == COORDINATOR_EPOCH, "the forged epoch was not taken"
 
 
@@ -138,7 +138,7 @@ def test_remove_maintainer_drops_the_task_and_says_so(world: World) -> None:
     owned, _ = issued(w, "a")
     w.command("REMOVE_MAINTAINER", {**owned, "epoch": 3})
     w.step()
-    assert "mv:a" not in w.manager.owned and w.runner.dropped == ["mv:a"]
+    assert "mv:a" not in w.manager.host.owned and w.runner.dropped == ["mv:a"]
     assert w.removed() == ["mv:a"]
 
 
@@ -147,7 +147,7 @@ def test_a_revoked_partition_stops_its_tasks_and_its_per_task_commands(world: Wo
     _, partition = issued(w, "a")
     w.bus.revoke(GROUP, "manager", [partition])
     w.step()
-    assert not w.manager.owned and not w.manager.partitions
+    assert not w.manager.host.owned and not w.manager.partitions
     assert w.removed() == ["mv:a"] and w.runner.dropped == []
     assert not w.manager._task_commands.positions, "the maintainer partition is let go"  # type: ignore[attr-defined]
 

@@ -4,13 +4,13 @@ from workers.codec.codec import (
     Codec,
     CodecError,
     DecodeError,
-    Record,
     decode,
     encode,
     get_codec,
     schema_fingerprint,
 )
 from workers.codec.schemas import SchemaError
+from workers.records import Record
 
 __all__ = [
     "Codec",

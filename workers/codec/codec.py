@@ -32,7 +32,7 @@ from workers.codec.schemas import (
 from workers.codec.validate import Guard, validate, writer_guard
 
 # A record as role code holds it: the decoded form of an Avro record, field name -> value.
-Record = dict[str, Any]
+from workers.records import Record
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8

@@ -20,7 +20,6 @@ from workers.catalog.specs import checked_mv_log_spec, checked_mv_spec, mv_cycle
 from workers.coordinator.effects import (
     Context,
     Effects,
-    Record,
     maintainer_command,
     manager_command,
     mv_task_id,
@@ -30,6 +29,7 @@ from workers.coordinator.effects import (
 )
 from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record
 from workers.ddl.parser import SCHEMA_VERSION
+from workers.records import Record
 
 log = logging.getLogger(__name__)
 

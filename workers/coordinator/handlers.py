@@ -9,7 +9,6 @@ from workers.coordinator.ddl import handle_ddl
 from workers.coordinator.effects import (
     Context,
     Effects,
-    Record,
     bootstrap_commands,
     maintainer_command,
     manager_command,
@@ -25,6 +24,7 @@ from workers.coordinator.heartbeats import (
     restart_silent_tasks,
 )
 from workers.ddl.parser import SCHEMA_VERSION  # of DdlEvent, defined with the grammar that writes them
+from workers.records import Record
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -16,11 +16,11 @@ from workers.catalog.names import shown
 from workers.coordinator.effects import (
     Context,
     Effects,
-    Record,
     maintainer_command,
     manager_command,
     safepoint_for,
 )
+from workers.records import Record
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,11 @@ def _status_problem(status: object) -> str | None:
         return "a status needs a task_id and an epoch"
     if status.get("state") not in _TASK_STATES:
         return f"unknown task state {shown(status.get('state'))}"
-    checkpoint = status.get("checkpoint")
-    if not isinstance(checkpoint, Mapping) or not all(
-        isinstance(k, str) and _is_long(v) for k, v in checkpoint.items()
+    watermark = status.get("checkpoint")  # the record's name for the watermark
+    if not isinstance(watermark, Mapping) or not all(
+        isinstance(k, str) and _is_long(v) for k, v in watermark.items()
     ):
-        return "a checkpoint maps table names to Delta versions"
+        return "a checkpoint (watermark) maps table names to Delta versions"
     if not isinstance(status.get("last_run"), Mapping | None) or not isinstance(
         status.get("error"), Mapping | None
     ):
@@ -107,11 +107,12 @@ def _fold_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Context
         updated["owner"] = worker_id
         updated["last_run"] = status["last_run"] or task["last_run"]
         updated["next_run_at"] = status["next_run_at"]
-        # Checkpoints only move forward (a late heartbeat cannot pull one back).
-        checkpoint = dict(task["checkpoint"])
+        # Watermarks (the records' ``checkpoint`` field) only move forward: a late heartbeat cannot
+        # pull one back.
+        watermark = dict(task["checkpoint"])
         for table, version in status["checkpoint"].items():
-            checkpoint[table] = max(version, checkpoint.get(table, -1))
-        updated["checkpoint"] = checkpoint
+            watermark[table] = max(version, watermark.get(table, -1))
+        updated["checkpoint"] = watermark
         if task["state"] in (TaskState.NORMAL.value, TaskState.WARNING.value):
             updated["state"] = status["state"]
             updated["error"] = status["error"]

@@ -28,15 +28,11 @@ from typing import ClassVar
 from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus
 from workers.config import Settings
 from workers.kafka.typed import BusError, Message
-from workers.records import Record
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
-from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
 from workers.sched.metrics import SchedMetrics, process_metrics
 from workers.worker.host import TaskHost
-from workers.worker.maintainer import Maintainer
-from workers.worker.outbox import Outbox
 from workers.worker.runner import Runner, SparkRunner
 
 log = logging.getLogger(__name__)
@@ -102,33 +98,6 @@ class Manager(LoopRole):
 
     def loop_metrics(self) -> SchedMetrics:
         return self.metrics
-
-    # What callers outside the loop (benches, integration tests) read of the host.
-    @property
-    def owned(self) -> dict[str, Maintainer]:
-        return self.host.owned
-
-    @property
-    def executor(self) -> BoundedExecutor:
-        return self.host.executor
-
-    @property
-    def due(self) -> DueQueue[str]:
-        return self.host.due
-
-    @due.setter
-    def due(self, due: DueQueue[str]) -> None:  # a bench's recording queue, before any maintainer
-        self.host.due = due
-
-    @property
-    def _outbox(self) -> Outbox:
-        return self.host.outbox
-
-    def add_task(self, task: Record, partition: int) -> None:
-        self.host.add_task(task, partition)
-
-    def tick(self) -> int:
-        return self.host.tick()
 
     # -- ownership ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -357,4 +326,4 @@ class Manager(LoopRole):
         self._publish_outbox()
         self._producer.close(timeout_s=STOP_RUN_TIMEOUT_S)  # best effort: the broker may be away
         self.metrics.untrack_tasks(self.worker_id)
-        self.metrics.untrack_executor(self.executor)
+        self.metrics.untrack_executor(self.host.executor)
