@@ -31,7 +31,8 @@ def _until(ms: int | None, now_ms: int) -> str:
 
 
 def _table_versions(versions: dict[str, int]) -> str:
-    """A watermark (a task's ``checkpoint`` field, a run's ``watermark_before|after``), base table → Delta version: ``a@v3,b@v7``."""
+    """A watermark (a task's ``checkpoint`` field, a run's ``watermark_before|after``), base table →
+    Delta version: ``a@v3,b@v7``."""
     return ",".join(f"{t}@v{v}" for t, v in sorted(versions.items())) or "-"
 
 

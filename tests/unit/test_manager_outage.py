@@ -100,7 +100,7 @@ def manager() -> tuple[Manager, FakeProducer, FakeConsumer, FakeRunner]:
 
 def own(m: Manager, name: str) -> Record:
     task = {**mv(name, "ON_DEMAND", None), "owner": m.worker_id}
-    m.add_task(task, 0)
+    m.host.add_task(task, 0)
     return task
 
 
@@ -146,15 +146,15 @@ def test_run_records_are_kept_while_the_producer_refuses_and_requeued_when_a_del
     task = own(m, "a")
     producer.refuse = BusError("produce: local queue full", retriable=True)
     m.step(0)  # a new task runs at once; its PENDING record cannot be handed over
-    assert m.executor.wait_idle(timeout_s=WAIT)
+    assert m.host.executor.wait_idle(timeout_s=WAIT)
     m.step(0)
-    assert producer.of("runs") == [] and len(m._outbox) >= 2, "nothing sent, nothing lost"
+    assert producer.of("runs") == [] and len(m.host.outbox) >= 2, "nothing sent, nothing lost"
     producer.refuse = None
     m.step(0)
     states = [r["state"] for r in producer.of("runs")]
-    assert states[0] == "PENDING" and "COMPLETED" in states and not m._outbox
+    assert states[0] == "PENDING" and "COMPLETED" in states and not m.host.outbox
     producer.deliver(BusError("delivery to runs[0]: UNKNOWN_TOPIC", retriable=True))
-    assert len(m._outbox) == len(states), "every failed delivery is back in the outbox"
+    assert len(m.host.outbox) == len(states), "every failed delivery is back in the outbox"
     m.step(0)
     assert [r["state"] for r in producer.of("runs")] == states * 2
     assert [c.task_id for c in runner.calls] == [task["task_id"]]
@@ -186,7 +186,7 @@ def test_commands_with_unexpected_content_are_skipped() -> None:
     ]
     for _ in range(len(commands.messages)):
         m.step(0)
-    assert not commands.messages and set(m.owned) == {"mv:a"}
+    assert not commands.messages and set(m.host.owned) == {"mv:a"}
 
 
 def test_a_command_from_the_future_cannot_silence_the_real_coordinator() -> None:
@@ -201,7 +201,7 @@ def test_a_command_from_the_future_cannot_silence_the_real_coordinator() -> None
     m.step(0)
     m.step(0)
     assert m.host.coordinator_epoch == 2, "the forged epoch was not taken"
-    assert "mv:a" not in m.owned, "the real coordinator's command still applies"
+    assert "mv:a" not in m.host.owned, "the real coordinator's command still applies"
 
 
 def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
@@ -219,7 +219,7 @@ def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     }
     commands.messages = [Message("manager", 0, 0, "mv:slow", remove, "io.mvs.ManagerCommand")]
     m.step(0)  # returns although the cancelled run goes on
-    assert "mv:slow" not in m.owned and "mv:slow" in m.host.draining
+    assert "mv:slow" not in m.host.owned and "mv:slow" in m.host.draining
     assert runner.cancelled, "the run was cancelled"
     for _ in range(20):  # the loop keeps turning (heartbeats, other tasks) while the run drains
         m.clock.advance(1.0)  # type: ignore[attr-defined]
@@ -227,7 +227,7 @@ def test_drop_of_a_running_mv_never_holds_the_loop() -> None:
     assert not gate.release.is_set() and "mv:slow" in m.host.draining
     assert runner.dropped == [], "the table is not dropped under a run that may still write it"
     gate.release.set()
-    assert m.executor.wait_idle(timeout_s=WAIT)
+    assert m.host.executor.wait_idle(timeout_s=WAIT)
     m.step(0)
     assert "mv:slow" not in m.host.draining and "mv:slow" not in m.host.mailboxes
     assert runner.dropped == ["mv:slow"], "dropped once the run ended"
@@ -244,7 +244,7 @@ def test_a_fatally_failed_consumer_is_rebuilt_and_its_partitions_let_go() -> Non
 
     commands.poll = fatal  # type: ignore[method-assign]
     m.step(0)  # does not raise
-    assert m._commands is not commands and not m.partitions and not m.owned
+    assert m._commands is not commands and not m.partitions and not m.host.owned
     m._commands.close()
     m._task_commands.close()
 

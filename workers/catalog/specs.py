@@ -13,9 +13,13 @@ from collections.abc import Mapping
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.names import shown
 from workers.records import Record
-from workers.sched.triggers import EVERY, ON_CHANGE, ON_DEMAND, TARGET_LAG
 
 REFRESH_MODES = ("COMPLETE", "FAST", "FORCE")
+# Trigger kinds (enum TriggerKind of the MvSpec record); the scheduler's formulas are sched/triggers.
+EVERY = "EVERY"
+ON_CHANGE = "ON_CHANGE"
+ON_DEMAND = "ON_DEMAND"
+TARGET_LAG = "TARGET_LAG"
 INTERVAL_TRIGGERS = (EVERY, TARGET_LAG)  # their interval_ms is the period / the target lag
 PLAIN_TRIGGERS = (ON_CHANGE, ON_DEMAND)  # no interval: one is ignored (stored as null)
 # Longest refresh period, target lag or purge interval: a year (366 days). Longer is better said

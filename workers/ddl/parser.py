@@ -14,10 +14,10 @@ from typing import Any
 
 from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
+from workers.catalog.specs import EVERY, TARGET_LAG
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
-from workers.sched.triggers import EVERY, TARGET_LAG
 
 SCHEMA_VERSION = 1  # of DdlEvent: the coordinator refuses events of any other version
 MODES = ("COMPLETE", "FAST", "FORCE")

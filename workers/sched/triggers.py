@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import math
 
-EVERY = "EVERY"
-ON_CHANGE = "ON_CHANGE"
-ON_DEMAND = "ON_DEMAND"
-TARGET_LAG = "TARGET_LAG"
+from workers.catalog.specs import EVERY, ON_CHANGE, ON_DEMAND, TARGET_LAG
+
 TRIGGER_KINDS = frozenset({EVERY, ON_CHANGE, ON_DEMAND, TARGET_LAG})
 
 # ON_CHANGE: the maintainer compares base-table Delta versions (a cheap metadata read) this often.

@@ -4,9 +4,10 @@ coalesce. Pure: the maintainer keeps the state (last start, data time) and asks.
 
 from __future__ import annotations
 
+from workers.catalog.specs import EVERY, ON_CHANGE, TARGET_LAG
 from workers.records import Record
 from workers.sched.executor import Priority
-from workers.sched.triggers import EVERY, ON_CHANGE, TARGET_LAG, next_refresh_due
+from workers.sched.triggers import next_refresh_due
 
 SCHEDULE, MANUAL = "SCHEDULE", "MANUAL"  # RunRecord.trigger: the clock, or a REFRESH_NOW command
 _URGENCY = {MANUAL: 0, SCHEDULE: 1}
