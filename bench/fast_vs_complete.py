@@ -4,7 +4,8 @@ large base table — the worker's own refresh path (``SparkRunner.refresh``) for
 Two MVs of each kind over one base table of ``--rows`` rows with an MV log: an aggregate
 (``GROUP BY customer`` with SUM / COUNT, ~10,000 groups) and a filtered projection. Each round
 changes the base (untimed): ``--batch`` new rows appended, then a few updated and a few deleted,
-and times one refresh of each MV. The COMPLETE twin is what a user would otherwise run (recompute
+and times one refresh of each MV, counting the Spark jobs of the run's job group and the rows its
+stages read (``workers.jobs.run_stats``). The COMPLETE twin is what a user would otherwise run (recompute
 and overwrite); after the last round each FAST MV must hold exactly its COMPLETE twin's rows.
 
     .venv/bin/python -m bench.fast_vs_complete [--rows 1000000] [--batch 1000] [--rounds 5]
@@ -20,6 +21,7 @@ from typing import Any
 from bench.common import mv_task, percentile, report
 from workers.config import Settings
 from workers.jobs.mvlog import create_mv_log
+from workers.jobs.run_stats import RunStats, group_stats
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append
 from workers.warehouse import table_path
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         runner.refresh(task, run_id=f"build-{task['name']}", job_group=f"mvs-build-{task['name']}")
 
     timings: dict[tuple[str, str], list[float]] = {key: [] for key in tasks}
+    costs: dict[tuple[str, str], list[RunStats]] = {key: [] for key in tasks}
     messages: dict[tuple[str, str], str] = {}
     next_id = args.rows
     for round_ in range(args.rounds):
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             result = runner.refresh(task, run_id=run_id, job_group=f"mvs-{run_id}")
             timings[key].append((time.perf_counter() - started) * 1000)
+            costs[key].append(group_stats(spark, f"mvs-{run_id}"))
             assert result.state == "COMPLETED", result
             messages[key] = result.message or ""
         print(
@@ -117,18 +121,40 @@ def main(argv: list[str] | None = None) -> int:
     for kind in QUERIES:
         fast, full = timings[(kind, "FAST")], timings[(kind, "COMPLETE")]
         speedup = percentile(full, 50) / percentile(fast, 50)
-        for mode, values in (("FAST (mvs, from the MV log)", fast), ("COMPLETE (recompute)", full)):
-            rows.append([kind, mode, len(values), f"{percentile(values, 50):.0f}", f"{max(values):.0f}"])
-        rows.append([kind, "speed-up (p50)", "", f"{speedup:.1f}x", ""])
+        jobs = {mode: percentile([c.jobs for c in costs[(kind, mode)]], 50) for mode in ("FAST", "COMPLETE")}
+        read = {
+            mode: percentile([c.rows_read for c in costs[(kind, mode)]], 50) for mode in ("FAST", "COMPLETE")
+        }
+        for label, mode, values in (
+            ("FAST (mvs, from the MV log)", "FAST", fast),
+            ("COMPLETE (recompute)", "COMPLETE", full),
+        ):
+            rows.append(
+                [
+                    kind,
+                    label,
+                    len(values),
+                    f"{percentile(values, 50):.0f}",
+                    f"{max(values):.0f}",
+                    f"{jobs[mode]:.0f}",
+                    f"{read[mode]:,.0f}",
+                ]
+            )
+        rows.append([kind, "speed-up (p50)", "", f"{speedup:.2f}x", "", "", ""])
         figures[kind] = {
             "fast_p50_ms": round(percentile(fast, 50), 1),
             "complete_p50_ms": round(percentile(full, 50), 1),
             "speedup_p50": round(speedup, 2),
+            "fast_jobs_p50": jobs["FAST"],
+            "complete_jobs_p50": jobs["COMPLETE"],
+            "fast_rows_read_p50": read["FAST"],
+            "complete_rows_read_p50": read["COMPLETE"],
+            "fast_plan": messages[(kind, "FAST")],
             "equal_rows": equal[kind],
         }
     report(
         f"refresh after small changes to a {args.rows:,}-row base ({args.batch} appended + updates/deletes)",
-        ["MV", "refresh", "n", "p50 ms", "max ms"],
+        ["MV", "refresh", "n", "p50 ms", "max ms", "Spark jobs per run (p50)", "rows read (p50)"],
         rows,
         figures,
     )
