@@ -122,9 +122,8 @@ def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings)
     tables.append(spark, s, "sales", [_row(6, "eu", 5), _row(7, "ap", 0)])  # v2: inserts only
     appended = _by_mode(spark, s, "mv_p", PROJECTION, run="i1")
     assert appended.state == "COMPLETED" and appended.message is not None
-    assert (
-        appended.message.startswith("incremental: 2 change rows applied") and "appended" in appended.message
-    )
+    assert appended.message.startswith("incremental: 2 change rows applied") and "append:" in appended.message
+    assert tables.delta_history(spark, s, "mv_p")[0]["operation"] == "WRITE"  # appended, no MERGE
     assert appended.watermark_before == {"sales": 1} and appended.watermark_after == {"sales": 2}
     assert _rows(spark, s, "mv_p") == _query_at(spark, s, PROJECTION, 2)
     assert _rows(spark, s, "mv_p").count(("eu", 50)) == 3
@@ -140,6 +139,7 @@ def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings)
     )
     result = _fast(spark, s, "mv_p", PROJECTION, run="i2")
     assert result.applied and "9 change rows applied" in result.message, result.message
+    assert "rewrite merge: " in result.message, result.message
     _assert_like_complete(spark, s, "mv_p", PROJECTION, 5)
     assert _rows(spark, s, "mv_p").count(("eu", 50)) == 2
 
@@ -172,7 +172,8 @@ def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings)
     sums = AGGREGATES["mv_sums"]
     inserted = _fast(spark, s, "mv_sums", sums, run="i1")
     assert (
-        "4 change rows applied" in inserted.message and "4 groups changed, 0 recomputed" in inserted.message
+        "4 change rows applied" in inserted.message
+        and "keyed merge: 4 groups changed, 0 recomputed" in inserted.message
     )
     assert _rows(spark, s, "mv_sums") == _query_at(spark, s, sums, 2)
 

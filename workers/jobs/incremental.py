@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import deltalog, groups, mvlog
+from workers.jobs import deltalog, groups, incremental_append, mvlog
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
@@ -216,49 +216,54 @@ def _fence(session: SparkSession, settings: Settings, request: RunRequest, until
 def _apply(
     scope: apply.Scope, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
 ) -> tuple[int, str]:
-    """Commit the changes; returns (number of change rows, what was done)."""
+    """Commit the changes by the cheapest exact plan; returns (number of change rows, what was done)."""
     session, base, query, task_id = scope.session, plan.base_table, request.query, request.task_id
     watermark = {base: state.until}
     metadata = encode_user_metadata(task_id, request.epoch, request.run_id, watermark)
     version = str(txn_version(request.epoch, watermark))
     path = warehouse.table_path(settings, request.mv_name)
-    # The MV's latest snapshot, the one MERGE will use (no second snapshot to rebuild). After the
-    # fence only a newer epoch can commit in between, and then Delta skips our commit anyway.
-    mv = session.read.format("delta").load(path)
+    _step(session, request, "read the change rows")
     changes = mvlog.read_changes(session, settings, base, state.since, state.until)
-    spec: apply.MergeSpec | None = None
-    try:
-        if plan.kind == "aggregate":
-            base_at_v = read_at(session, settings, base, state.until)
-            spec = apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
-            rows = spec.change_rows
-        else:
-            removal = F.col("_change_type").isin(*apply.DELETE_TYPES).cast("int")
-            stats = changes.agg(F.count(F.lit(1)), F.sum(removal)).collect()[0]
-            rows = int(stats[0])
-            if stats[1]:
-                spec = apply.projection_merge(scope, query, base, changes, mv)
-    except apply.Inconsistent as why:
-        raise FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})") from why
-    if rows == 0 or spec is None:
-        # Inserts only into a projection (the common case): the query over them, appended. No
-        # change at all: an empty commit that still moves the watermark.
-        added = scope.run_query(query, base, changes) if rows else session.createDataFrame([], mv.schema)
-        writer = added.write.format("delta").mode("append").option("txnAppId", task_id)
-        writer.option("txnVersion", version).option("userMetadata", metadata).save(path)
-        return rows, "appended" if rows else "no change"
-    # Materialize the (small) source once and cut its lineage: MERGE plans its source several
-    # times, and each planning of a time-travel read in it (base at v, MV log at its pinned
-    # version) rebuilt that Delta snapshot with more Spark jobs (measured: ~25 -> 18 jobs a run).
-    # Materialized, it is deterministic, so Delta need not materialize it again either.
-    source = spec.source.localCheckpoint(eager=True)
+    inserted = None
+    if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
+        inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
+    if inserted is not None:
+        rows = changes.where(F.col("_change_type").isin(*apply.INSERT_TYPES))
+        change = apply.Change(
+            "append", inserted, f"{inserted} rows inserted", appended=scope.run_query(query, base, rows)
+        )
+    else:
+        # The MV's latest snapshot, the one MERGE will use. After the fence only a newer epoch can
+        # commit in between, and then Delta skips our commit anyway.
+        mv = session.read.format("delta").load(path)
+        _step(session, request, "compute the change to the MV")
+        try:
+            if plan.kind == "aggregate":
+                base_at_v = read_at(session, settings, base, state.until)
+                change = apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
+            else:
+                change = apply.projection_change(scope, query, base, changes, mv)
+        except apply.Inconsistent as why:
+            raise FastRefreshNotPossible(
+                f"complete: MV content does not match its watermark ({why})"
+            ) from why
+    _step(session, request, f"commit ({change.plan})")
+    detail = f"{change.plan}: {change.summary}"
+    if change.merge is None:
+        assert change.appended is not None
+        incremental_append.append(
+            change.appended, path, txn_app_id=task_id, txn_version=version, metadata=metadata
+        )
+        return change.change_rows, detail
+    # The source is held on the driver (``Scope.in_memory``): deterministic, no lineage to Delta.
     session.conf.set(_MATERIALIZE_SOURCE, "none")
     session.conf.set(_TXN_APP_ID, task_id)
     session.conf.set(_TXN_VERSION, version)
     session.conf.set(_USER_METADATA, metadata)
+    spec = change.merge
     try:
         target = DeltaTable.forPath(session, path).alias("t")
-        builder = target.merge(source.alias("s"), spec.condition)
+        builder = target.merge(spec.source.alias("s"), spec.condition)
         builder = builder.whenMatchedDelete(condition=spec.delete_when)
         if spec.update_set:
             builder = builder.whenMatchedUpdate(set=spec.update_set)
@@ -266,7 +271,12 @@ def _apply(
     finally:
         for key in _COMMIT_CONFS:
             session.conf.unset(key)
-    return rows, spec.summary
+    return change.change_rows, detail
+
+
+def _step(session: SparkSession, request: RunRequest, what: str) -> None:
+    """Name the Spark jobs of the run's next step (Spark UI, status store), for profiling."""
+    session.sparkContext.setJobDescription(f"{request.run_id}: {what}")
 
 
 def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:

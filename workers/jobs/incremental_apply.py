@@ -63,13 +63,12 @@ def unmatchable_columns(schema: StructType) -> list[str]:
 
 @dataclass
 class Scope:
-    """Temp views and cached frames of one run, released by ``close`` (views live in the run's session)."""
+    """The run's session and the temp views made in it, dropped by ``close``."""
 
     session: SparkSession
     settings: Settings
     mv_name: str
     views: set[str] = field(default_factory=set)
-    cached: list[DataFrame] = field(default_factory=list)
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
         """The MV query, as written, over ``rows`` as its base table (a temp view named ``base``)."""
@@ -80,13 +79,19 @@ class Scope:
         """Refuse (QueryRefused) an expression of the MV query that the guard would refuse."""
         check_expression(self.session, text, extra_functions=self.settings.allowed_functions)
 
-    def cache(self, frame: DataFrame) -> DataFrame:
-        self.cached.append(frame.cache())
-        return frame
+    def in_memory(self, frame: DataFrame) -> DataFrame:
+        """``frame`` computed once (one Spark job) and held on the driver as a local relation.
+
+        Only for small frames (the per-group delta, the affected MV rows). Reads of the result run
+        no job of their own (filters and projections of it are folded by the optimizer, a collect
+        of it is served from the driver), and it has no lineage back to Delta: the MERGE that plans
+        its source several times re-reads no change data and rebuilds no time-travel snapshot.
+        The rows stay JVM values (no Python round trip: exact for every type)."""
+        rows = frame._jdf.collectAsList()  # noqa: SLF001 - PySpark has no JVM-side collect
+        local = self.session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
+        return DataFrame(local, self.session)
 
     def close(self) -> None:
-        for frame in self.cached:
-            frame.unpersist()
         for view in self.views:
             self.session.catalog.dropTempView(view)
 
@@ -111,27 +116,56 @@ class MergeSpec:
     update_set: dict[str, str | Column]
     insert_when: Column
     insert_values: dict[str, str | Column]
-    summary: str = ""
-    change_rows: int = -1  # the change rows read, when the builder counted them
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one run commits, by the plan named ``plan``: ``merge`` applied, else ``appended`` appended."""
+
+    plan: str  # "append", "keyed merge", "rewrite merge" (named in the run message)
+    change_rows: int  # change rows read
+    summary: str
+    merge: MergeSpec | None = None
+    appended: DataFrame | None = None
 
 
 # ---------------------------------------------------------------------------------------- projection
 
 
-def projection_merge(scope: Scope, query: str, base: str, changes: DataFrame, mv: DataFrame) -> MergeSpec:
-    """Rewrite every distinct output row whose multiplicity drops; insert the ones that grow."""
+def _copies(frame: DataFrame, cols: Sequence[str], how_many: str) -> DataFrame:
+    """``how_many`` copies of each row of ``frame`` (none where it is 0 or less), columns ``cols``."""
+    copy = f"{_P}copy"
+    repeated = F.explode(F.array_repeat(F.lit(0), F.col(how_many).cast("int"))).alias(copy)
+    return frame.where(F.col(how_many) > 0).select(*[F.col(q(c)) for c in cols], repeated).drop(copy)
+
+
+def projection_change(scope: Scope, query: str, base: str, changes: DataFrame, mv: DataFrame) -> Change:
+    """Net copies per distinct output row, in one pass over the change rows. Growth only: the new
+    copies are appended. Else every distinct output row whose multiplicity drops is rewritten (all its
+    copies deleted, ``old + net`` re-inserted) and the ones that grow are inserted, in one MERGE."""
     cols = mv.columns
     keyed = [F.col(q(c)) for c in cols]
     ins = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*INSERT_TYPES)))
     dels = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*DELETE_TYPES)))
+    tally = f"{_P}tally"  # the one extra row counting every change row (the run message reports it)
+    counted = changes.agg(F.count(F.lit(1)).alias(NET)).select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in mv.schema.fields], NET, F.lit(True).alias(tally)
+    )
     net = (
         ins.withColumn(SIGN, F.lit(1))
         .unionByName(dels.withColumn(SIGN, F.lit(-1)))
         .groupBy(*keyed)
         .agg(F.sum(SIGN).alias(NET))
         .where(F.col(NET) != 0)
+        .withColumn(tally, F.lit(False))
     )
+    net = scope.in_memory(net.unionByName(counted))  # the one pass over the change rows
+    change_rows = int(net.where(F.col(tally)).select(NET).collect()[0][0])
+    net = net.where(~F.col(tally)).drop(tally)
     shrinking = net.where(F.col(NET) < 0)
+    if not shrinking.limit(1).collect():
+        added = net.select(F.sum(NET)).collect()[0][0] or 0
+        return Change("append", change_rows, f"{added} rows added", appended=_copies(net, cols, NET))
     pairs = [(c, c) for c in cols]
     old = (
         mv.alias("m")
@@ -146,19 +180,14 @@ def projection_merge(scope: Scope, query: str, base: str, changes: DataFrame, mv
         .withColumn(OP, F.lit("rewrite"))
     )
     growing = net.where(F.col(NET) > 0).select(*keyed, F.col(NET).alias(NEW)).withColumn(OP, F.lit("add"))
-    changed = scope.cache(rewritten.unionByName(growing))
-    stats = changed.agg(F.count(F.lit(1)), F.min(NEW), F.sum(F.when(F.col(OP) == "rewrite", 1).otherwise(0)))
-    rows, lowest, rewrites = stats.collect()[0]
-    if lowest is not None and lowest < 0:
+    changed = scope.in_memory(rewritten.unionByName(growing))  # the MV rows of shrinking output rows
+    counts = changed.select(NEW, OP).collect()
+    if any(row[0] is not None and row[0] < 0 for row in counts):
         raise Inconsistent("the MV holds fewer copies of a row than the change data deletes")
+    rewrites = sum(1 for row in counts if row[1] == "rewrite")
     markers = changed.where(F.col(OP) == "rewrite").select(*keyed).withColumn(OP, F.lit("del"))
-    copies = (
-        changed.where(F.col(NEW) > 0)
-        .select(*keyed, F.explode(F.array_repeat(F.lit(0), F.col(NEW).cast("int"))).alias(f"{_P}copy"))
-        .drop(f"{_P}copy")
-        .withColumn(OP, F.lit("ins"))
-    )
-    return MergeSpec(
+    copies = _copies(changed, cols, NEW).withColumn(OP, F.lit("ins"))
+    merge = MergeSpec(
         source=markers.unionByName(copies),
         # Only "del" markers match, so they delete every copy; copies never match and are inserted.
         condition=(F.col(f"s.{OP}") == "del") & null_safe("t", "s", pairs),
@@ -166,8 +195,9 @@ def projection_merge(scope: Scope, query: str, base: str, changes: DataFrame, mv
         update_set={},
         insert_when=F.col(f"s.{OP}") == "ins",
         insert_values={q(c): col("s", c) for c in cols},
-        summary=f"{rows or 0} distinct rows changed, {rewrites or 0} rewritten",
     )
+    summary = f"{len(counts)} distinct rows changed, {rewrites} rewritten"
+    return Change("rewrite merge", change_rows, summary, merge=merge)
 
 
 # ----------------------------------------------------------------------------------------- aggregate
@@ -203,7 +233,9 @@ def _exact_sum(agg: _Agg) -> bool:
 
 def aggregate_merge(
     scope: Scope, query: str, plan: FastRefreshPlan, changes: DataFrame, mv: DataFrame, base_at_v: DataFrame
-) -> MergeSpec:
+) -> Change:
+    """Per-group deltas in one pass over the change rows, joined to the MV rows of those groups only,
+    and one MERGE keyed by the GROUP BY columns that touches only them."""
     keys, aggs = _layout(plan, mv.schema)
     join_keys: list[tuple[str, str]] = []  # one MV column per group key (a key may be selected twice)
     for key in plan.group_by:
@@ -241,7 +273,7 @@ def aggregate_merge(
             exprs.append(fold(F.when(pos, c)).alias(a.name("p")))
             exprs.append(fold(F.when(neg, c)).alias(a.name("m")))
     keyed = [F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]
-    delta = signed(changes).groupBy(*keyed).agg(*exprs)
+    delta = scope.in_memory(signed(changes).groupBy(*keyed).agg(*exprs))  # the one pass over the changes
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
     # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
     touched = mv.alias("m").join(
@@ -306,30 +338,31 @@ def aggregate_merge(
     # A NULL decision must never drop a group: when in doubt, recompute.
     decision = F.coalesce(recompute, F.lit(True)).alias(RECOMPUTE)
     row_counts = [F.col(f"d.{ROWS}").alias(ROWS), F.col(f"d.{ALL_ROWS}").alias(ALL_ROWS)]
-    decided = scope.cache(joined.select(*outputs, action.alias(OP), decision, *row_counts))
-    touched_group = F.col(ROWS) > 0  # a global aggregate yields its one group even for no rows
-    stats = decided.agg(
-        F.sum(ALL_ROWS),
-        F.sum(touched_group.cast("int")),
-        F.sum((touched_group & F.col(RECOMPUTE)).cast("int")),
-    ).collect()[0]
-    change_rows, total_groups, recomputed = int(stats[0] or 0), int(stats[1] or 0), int(stats[2] or 0)
-    decided = decided.where(touched_group).drop(ROWS, ALL_ROWS)
+    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it).
+    decided = scope.in_memory(joined.select(*outputs, action.alias(OP), decision, *row_counts))
+    stats = decided.select(ALL_ROWS, ROWS, RECOMPUTE).collect()  # served from the driver: no job
+    # A group no change row passing the WHERE reached is untouched (a global aggregate yields its one
+    # group even for no rows).
+    change_rows = sum(int(all_rows or 0) for all_rows, _, _ in stats)
+    total_groups = sum(1 for _, rows, _ in stats if (rows or 0) > 0)
+    recomputed = sum(1 for _, rows, again in stats if (rows or 0) > 0 and again)
+    decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
-    if recomputed:
-        source = source.unionByName(_recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema))
+    if recomputed:  # the base at v, restricted to those groups, read once
+        fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema)
+        source = scope.in_memory(source.unionByName(fresh))
     mv_keys = [(m, m) for _, m in join_keys]
     others = [f.name for f in mv.schema.fields if f.name not in {m for _, m in join_keys}]
-    return MergeSpec(
+    merge = MergeSpec(
         source=source,
         condition=null_safe("t", "s", mv_keys),
         delete_when=F.col(f"s.{OP}") == "delete",
         update_set={q(c): col("s", c) for c in others},
         insert_when=F.col(f"s.{OP}") == "upsert",
         insert_values={q(f.name): col("s", f.name) for f in mv.schema.fields},
-        summary=f"{total_groups} groups changed, {recomputed} recomputed from the base",
-        change_rows=change_rows,
     )
+    summary = f"{total_groups} groups changed, {recomputed} recomputed from the base"
+    return Change("keyed merge", change_rows, summary, merge=merge)
 
 
 def _recomputed(
