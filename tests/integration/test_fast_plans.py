@@ -12,7 +12,7 @@ import pytest
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, mvlog, refresh, tables
+from workers.jobs import incremental, incremental_apply, mvlog, refresh, tables
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +22,15 @@ AGGREGATE = (
     "SELECT region, COUNT(*) AS n, COUNT(amount) AS n_amount, SUM(amount) AS total, MIN(amount) AS lo "
     "FROM sales GROUP BY region"
 )
+
+
+@pytest.fixture(autouse=True, params=["on the driver", "on the executors"])
+def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each plan twice: its small frames held on the driver, and spilled to the executors as a large
+    change set's are (``Scope.in_memory`` past ``DRIVER_ROWS_LIMIT``)."""
+    if request.param == "on the executors":
+        monkeypatch.setattr(incremental_apply, "DRIVER_ROWS_LIMIT", 0)
+    return str(request.param)
 
 
 def _row(i: int, region: str | None, amount: int | None) -> dict[str, Any]:

@@ -61,6 +61,10 @@ def unmatchable_columns(schema: StructType) -> list[str]:
     return [f.name for f in schema.fields if isinstance(f.dataType, MapType | VariantType)]
 
 
+# The most rows a run holds on the driver (``Scope.in_memory``); beyond it, on the executors.
+DRIVER_ROWS_LIMIT = 100_000
+
+
 @dataclass
 class Scope:
     """The run's session and the temp views made in it, dropped by ``close``."""
@@ -82,12 +86,17 @@ class Scope:
     def in_memory(self, frame: DataFrame) -> DataFrame:
         """``frame`` computed once (one Spark job) and held on the driver as a local relation.
 
-        Only for small frames (the per-group delta, the affected MV rows). Reads of the result run
+        Meant for small frames (the per-group delta, the affected MV rows). Reads of the result run
         no job of their own (filters and projections of it are folded by the optimizer, a collect
         of it is served from the driver), and it has no lineage back to Delta: the MERGE that plans
         its source several times re-reads no change data and rebuilds no time-travel snapshot.
         The rows stay JVM values (no Python round trip: exact for every type)."""
-        rows = frame._jdf.collectAsList()  # noqa: SLF001 - PySpark has no JVM-side collect
+        # At most DRIVER_ROWS_LIMIT rows come to the driver: a large change set (a bulk load, a
+        # backfill) is computed once more and kept on the executors instead, so the worker's memory
+        # bounds no change size.
+        rows = frame._jdf.limit(DRIVER_ROWS_LIMIT + 1).collectAsList()  # noqa: SLF001 - JVM-side collect
+        if rows.size() > DRIVER_ROWS_LIMIT:
+            return frame.localCheckpoint(eager=True)
         local = self.session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
         return DataFrame(local, self.session)
 
@@ -181,10 +190,15 @@ def projection_change(scope: Scope, query: str, base: str, changes: DataFrame, m
     )
     growing = net.where(F.col(NET) > 0).select(*keyed, F.col(NET).alias(NEW)).withColumn(OP, F.lit("add"))
     changed = scope.in_memory(rewritten.unionByName(growing))  # the MV rows of shrinking output rows
-    counts = changed.select(NEW, OP).collect()
-    if any(row[0] is not None and row[0] < 0 for row in counts):
+    # One aggregate, not the rows: served from the driver when ``changed`` is held there.
+    totals = changed.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.col(OP) == "rewrite", 1).otherwise(0)).alias("rewrites"),
+        F.sum(F.when(F.col(NEW) < 0, 1).otherwise(0)).alias("negative"),
+    ).collect()[0]
+    if totals["negative"]:
         raise Inconsistent("the MV holds fewer copies of a row than the change data deletes")
-    rewrites = sum(1 for row in counts if row[1] == "rewrite")
+    distinct_rows, rewrites = totals["rows"], totals["rewrites"] or 0
     markers = changed.where(F.col(OP) == "rewrite").select(*keyed).withColumn(OP, F.lit("del"))
     copies = _copies(changed, cols, NEW).withColumn(OP, F.lit("ins"))
     merge = MergeSpec(
@@ -196,7 +210,7 @@ def projection_change(scope: Scope, query: str, base: str, changes: DataFrame, m
         insert_when=F.col(f"s.{OP}") == "ins",
         insert_values={q(c): col("s", c) for c in cols},
     )
-    summary = f"{len(counts)} distinct rows changed, {rewrites} rewritten"
+    summary = f"{distinct_rows} distinct rows changed, {rewrites} rewritten"
     return Change("rewrite merge", change_rows, summary, merge=merge)
 
 
@@ -340,12 +354,17 @@ def aggregate_merge(
     row_counts = [F.col(f"d.{ROWS}").alias(ROWS), F.col(f"d.{ALL_ROWS}").alias(ALL_ROWS)]
     # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it).
     decided = scope.in_memory(joined.select(*outputs, action.alias(OP), decision, *row_counts))
-    stats = decided.select(ALL_ROWS, ROWS, RECOMPUTE).collect()  # served from the driver: no job
     # A group no change row passing the WHERE reached is untouched (a global aggregate yields its one
-    # group even for no rows).
-    change_rows = sum(int(all_rows or 0) for all_rows, _, _ in stats)
-    total_groups = sum(1 for _, rows, _ in stats if (rows or 0) > 0)
-    recomputed = sum(1 for _, rows, again in stats if (rows or 0) > 0 and again)
+    # group even for no rows). One aggregate, not the rows: served from the driver when held there.
+    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
+    stats = decided.agg(
+        F.sum(F.coalesce(F.col(ALL_ROWS), F.lit(0))).alias("change_rows"),
+        F.sum(F.when(reached, 1).otherwise(0)).alias("groups"),
+        F.sum(F.when(reached & F.col(RECOMPUTE), 1).otherwise(0)).alias("recomputed"),
+    ).collect()[0]
+    change_rows = int(stats["change_rows"] or 0)
+    total_groups = int(stats["groups"] or 0)
+    recomputed = int(stats["recomputed"] or 0)
     decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
     if recomputed:  # the base at v, restricted to those groups, read once
