@@ -236,11 +236,13 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.just(DeleteAll()),
     st.just(Purge()),
 )
-STREAMS = st.builds(
-    Stream,
-    st.builds(Insert, st.lists(VALUES, max_size=8).map(tuple), st.lists(PICK, max_size=2).map(tuple)),
-    st.lists(st.lists(OPS, min_size=1, max_size=5).map(tuple), min_size=1, max_size=3).map(tuple),
-)
+
+
+def streams(max_rounds: int) -> st.SearchStrategy[Stream]:
+    """Up to 8 first rows, then 1..``max_rounds`` rounds of 1..5 operations."""
+    first = st.builds(Insert, st.lists(VALUES, max_size=8).map(tuple), st.lists(PICK, max_size=2).map(tuple))
+    rounds = st.lists(st.lists(OPS, min_size=1, max_size=5).map(tuple), min_size=1, max_size=max_rounds)
+    return st.builds(Stream, first, rounds.map(tuple))
 
 
 # ------------------------------------------------------------------------------------ the base model
