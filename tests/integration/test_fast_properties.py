@@ -9,7 +9,7 @@ refresh, through the real jobs on real Spark and Delta (``fast_checks``), each M
 the multiset its query returns over the base ``VERSION AS OF`` the MV's watermark (doubles within
 1e-9 relative), and the run must have been incremental.
 
-Default (``ci`` profile, derandomized): the explicit examples plus a few generated ones, ~1 min.
+Default (``ci`` profile, derandomized): the explicit example plus three generated ones, ~85-100 s.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
