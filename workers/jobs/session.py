@@ -102,15 +102,24 @@ def get_spark(settings: Settings) -> SparkSession:
 RUN_CONF = {"spark.sql.runSQLOnFiles": "false"}
 
 
-def run_session(spark: SparkSession) -> SparkSession:
+# Adaptive query execution runs every shuffle stage of a query as a Spark job of its own, Delta's
+# snapshot loads included (a state reconstruction is 3 jobs with it, 1 without): a run session that
+# wants few jobs turns it off (``run_session(adaptive=False)``). Results do not depend on it.
+ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+def run_session(spark: SparkSession, *, adaptive: bool = True) -> SparkSession:
     """A session of one run's own: a clone of ``spark`` (same SQL conf and registered functions, e.g.
     operator-allowed UDFs) whose temp views and conf changes stay private. It shares the SparkContext,
     so the run's job group and cancellation work unchanged; it needs no closing (the JVM session is
-    collected with its last reference; the run drops the views it made)."""
+    collected with its last reference; the run drops the views it made). ``adaptive=False`` turns off
+    adaptive query execution in it (see ``ADAPTIVE``)."""
     jvm_session = spark._jsparkSession.cloneSession()  # noqa: SLF001 - not exposed in PySpark
     session = SparkSession(spark.sparkContext, jvm_session)
     for key, value in RUN_CONF.items():
         session.conf.set(key, value)
+    if not adaptive:
+        session.conf.set(ADAPTIVE, "false")
     return session
 
 
