@@ -91,6 +91,22 @@ def test_refresh_writes_query_rows_and_watermark_in_one_commit(spark: Any, local
     assert replay.watermark_after == {"sales": 1} and "already applied" in replay.message
 
 
+def test_a_refresh_counts_its_spark_jobs_and_runs_few(spark: Any, local_settings: Settings) -> None:
+    """Every job of a run is in its job group, and a one-base refresh over an existing MV is a handful
+    (without adaptive execution Delta's snapshot loads are one job each, not one per stage: 10 before)."""
+    s = local_settings
+    tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}, {"id": 2, "amount": 7}], SCHEMA)
+    query = "SELECT amount > 5 AS big, count(*) AS n FROM sales GROUP BY amount > 5"
+    first = _refresh(spark, s, "mv_jobs", run="r1", query=query)
+    tables.append(spark, s, "sales", [{"id": 3, "amount": 9}])
+    second = _refresh(spark, s, "mv_jobs", run="r2", query=query)
+    assert first.applied and second.applied and _rows(spark, s, "mv_jobs") == [(False, 1), (True, 2)]
+    assert first.spark_jobs is not None and second.spark_jobs is not None
+    tracker = spark.sparkContext.statusTracker()
+    assert 1 <= second.spark_jobs <= len(tracker.getJobIdsForGroup("mv_jobs-r2")) <= 5
+    assert 1 <= first.spark_jobs <= second.spark_jobs  # no MV table yet: no MV snapshot to load
+
+
 def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> None:
     s = local_settings
     tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}], SCHEMA)

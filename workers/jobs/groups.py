@@ -62,6 +62,13 @@ def check_cancelled(group: str) -> None:
         raise RunCancelled(f"run {group} cancelled")
 
 
+def spark_jobs(spark: SparkSession, group: str) -> int:
+    """How many Spark jobs ran under ``group``: finished, failed and running ones (Spark's status
+    tracker keeps the last ``spark.ui.retainedJobs``, 1000 by default). Its listener runs a moment
+    behind the scheduler, so a job started in the last instant may not be counted yet."""
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
 def cancel_run(spark: SparkSession, job_group: str) -> bool:
     """Cancel the run of ``job_group``: its active Spark jobs are killed (tasks interrupted).
 

@@ -41,6 +41,7 @@ class RunResult:
     watermark_before: dict[str, int] = field(default_factory=dict)
     watermark_after: dict[str, int] = field(default_factory=dict)
     message: str | None = None
+    spark_jobs: int | None = None  # Spark jobs the run started; None when the job did not count them
 
 
 class Runner(Protocol):
@@ -129,7 +130,7 @@ class SparkRunner:
                 request, reflected, lambda: fast_refresh_blocker(self.spark, self.settings, request)
             )
             if decision.kind is DecisionKind.SKIP:
-                return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason)
+                return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason, 0)
             result = self._run(request, decision)
         message = result.message
         if not result.applied:
@@ -140,6 +141,7 @@ class SparkRunner:
             result.watermark_before,
             result.watermark_after,
             message,
+            result.spark_jobs,
         )
 
     def _run(self, request: RunRequest, decision: Decision) -> RefreshResult:
