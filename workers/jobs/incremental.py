@@ -116,7 +116,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             changes, detail = _apply(scope, settings, request, plan, state)
         finally:
             scope.close()
-        return _result(session, settings, request, state, changes, detail)
+        result = _result(session, settings, request, state, changes, detail)
+    return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
 
 
 # ------------------------------------------------------------------------------------- preconditions
@@ -181,13 +182,12 @@ def _check_schema(
 def _run_session(spark: SparkSession) -> SparkSession:
     """A run session (the parent's SQL conf: time zone, ANSI…: results must match a complete refresh)
     with its own commit confs."""
-    child = session_module.run_session(spark)
-    for key in _COMMIT_CONFS:
-        child.conf.unset(key)
     # A run handles small data (change rows, affected groups; big sides are joined by broadcast):
     # without AQE each query is one job instead of one per stage (measured: half the jobs, and
     # 15-30% faster). Results do not depend on it.
-    child.conf.set("spark.sql.adaptive.enabled", "false")
+    child = session_module.run_session(spark, adaptive=False)
+    for key in _COMMIT_CONFS:
+        child.conf.unset(key)
     return child
 
 
