@@ -1,10 +1,10 @@
-"""The coordinator's decisions as plain functions: DDL → catalog records, commands and results."""
+"""The coordinator's decisions as plain functions: DDL → catalog records, commands and results.
 
-from typing import Any
+Events from raw producers (names, specs, missing fields): test_coordinator_raw_events.py."""
 
 import pytest
 
-from workers.catalog.names import MAX_NAME_LENGTH, name_problem
+from tests.unit.coordinator_cases import CREATE, TABLES, apply, checked_ctx, ctx, refusal, worker_status
 from workers.codec import get_codec
 from workers.coordinator.handlers import (
     Context,
@@ -16,28 +16,6 @@ from workers.coordinator.handlers import (
 )
 from workers.ddl import parse_statement
 from workers.records import Record
-
-TABLES = {"sales", "orders"}
-
-
-def ctx(now_ms: int = 1_000) -> Context:
-    return Context(now_ms=now_ms, coordinator_epoch=7, table_exists=lambda t: t in TABLES)
-
-
-def apply(sql: str, tasks: dict[str, Record]) -> Any:
-    effects = handle_ddl(parse_statement(sql), tasks, ctx())
-    for key, value in effects.catalog.items():
-        if value is None:
-            tasks.pop(key, None)
-        else:
-            tasks[key] = value
-    return effects
-
-
-CREATE = (
-    "CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 30 SECONDS AS "
-    "SELECT region, sum(amount) AS total FROM sales GROUP BY region"
-)
 
 
 def test_create_mv_records_task_and_tells_a_manager() -> None:
@@ -121,30 +99,18 @@ def test_unsupported_schema_version() -> None:
     assert effects.results[0]["error"]["code"] == 6001 and not effects.catalog
 
 
-def _status(task: Record, epoch: int, checkpoint: dict[str, int]) -> Record:
-    return {
-        "task_id": task["task_id"],
-        "epoch": epoch,
-        "state": "NORMAL",
-        "checkpoint": checkpoint,
-        "last_run": None,
-        "next_run_at": None,
-        "error": None,
-    }
-
-
 def test_heartbeat_moves_checkpoint_forward_only_and_ignores_stale_epochs() -> None:
     tasks: dict[str, Record] = {}
     apply(CREATE, tasks)
     task = tasks["mv:by_region"]
-    hb = {"worker_id": "w1", "statuses": [_status(task, 1, {"sales": 5})], "removed": []}
+    hb = {"worker_id": "w1", "statuses": [worker_status(task, 1, {"sales": 5})], "removed": []}
     tasks.update(handle_heartbeat(hb, tasks, ctx()).catalog)
     assert tasks["mv:by_region"]["checkpoint"] == {"sales": 5}
     assert tasks["mv:by_region"]["owner"] == "w1"
-    late = {"worker_id": "w1", "statuses": [_status(task, 1, {"sales": 3})], "removed": []}
+    late = {"worker_id": "w1", "statuses": [worker_status(task, 1, {"sales": 3})], "removed": []}
     tasks.update(handle_heartbeat(late, tasks, ctx()).catalog)
     assert tasks["mv:by_region"]["checkpoint"] == {"sales": 5}
-    stale = {"worker_id": "w2", "statuses": [_status(task, 0, {"sales": 9})], "removed": []}
+    stale = {"worker_id": "w2", "statuses": [worker_status(task, 0, {"sales": 9})], "removed": []}
     assert not handle_heartbeat(stale, tasks, ctx()).catalog
 
 
@@ -155,7 +121,11 @@ def test_safepoint_is_lowest_watermark_and_is_sent_to_the_purge_task() -> None:
     apply("CREATE MATERIALIZED VIEW big AS SELECT * FROM sales WHERE amount > 10", tasks)
     assert safepoint_for("sales", tasks) == 0  # MVs that have not reported hold everything
     for name, version in (("mv:by_region", 4), ("mv:big", 2)):
-        hb = {"worker_id": "w", "statuses": [_status(tasks[name], 1, {"sales": version})], "removed": []}
+        hb = {
+            "worker_id": "w",
+            "statuses": [worker_status(tasks[name], 1, {"sales": version})],
+            "removed": [],
+        }
         effects = handle_heartbeat(hb, tasks, ctx())
         tasks.update({k: v for k, v in effects.catalog.items() if v is not None})
     assert tasks["mvlog:sales"]["safepoint"] == 2
@@ -185,7 +155,7 @@ def test_silent_owner_restarts_its_task_then_fails_it_after_three_restarts_in_a_
 def test_a_run_completed_after_a_restart_clears_the_restart_count() -> None:
     tasks: dict[str, Record] = {}
     apply(CREATE, tasks)
-    status = _status(tasks["mv:by_region"], 2, {"sales": 1})
+    status = worker_status(tasks["mv:by_region"], 2, {"sales": 1})
     restarted_at = {"mv:by_region": 5_000}
 
     def beat(state: str, ended_at: int) -> Record:
@@ -197,203 +167,6 @@ def test_a_run_completed_after_a_restart_clears_the_restart_count() -> None:
     assert recovered_tasks(beat("COMPLETED", 6_000), restarted_at) == {"mv:by_region"}
     assert recovered_tasks(beat("SKIPPED", 6_000), restarted_at) == {"mv:by_region"}  # already current
     assert recovered_tasks(beat("COMPLETED", 6_000), {}) == set()
-
-
-# -- raw producers: names, specs, missing fields ----------------------------------------------------
-def raw_event(action: str, name: str, **fields: Any) -> Record:
-    """A DdlEvent as any producer may write it (no parser in between)."""
-    return {
-        "schema_version": 1,
-        "event_id": "e1",
-        "issued_at": 0,
-        "issued_by": "User:alice",
-        "action": action,
-        "name": name,
-        "mv": None,
-        "mv_log": None,
-        "sql": None,
-        **fields,
-    }
-
-
-def mv_spec(
-    query: str = "SELECT id FROM sales", kind: str = "EVERY", interval_ms: int | None = 60_000
-) -> Record:
-    return {
-        "query": query,
-        "refresh_mode": "COMPLETE",
-        "trigger": {"kind": kind, "interval_ms": interval_ms},
-        "base_tables": [],
-    }
-
-
-def checked_ctx(
-    tables: set[str], *, owner_rule: bool = False, admins: frozenset[str] = frozenset()
-) -> Context:
-    """A context whose table_exists fails the test if it is ever asked about an unchecked name."""
-
-    def exists(name: str) -> bool:
-        assert name_problem(name, "table") is None, f"table_exists called with unchecked {name!r}"
-        return name in tables
-
-    return Context(
-        now_ms=1_000, coordinator_epoch=7, table_exists=exists, owner_rule=owner_rule, admin_principals=admins
-    )
-
-
-def refusal(effects: Any) -> Record:
-    assert (
-        len(effects.results) == 1 and not effects.catalog and not effects.manager and not effects.maintainer
-    )
-    result = effects.results[0]
-    assert result["accepted"] is False
-    error: Record = result["error"]
-    return error
-
-
-@pytest.mark.parametrize(
-    ("name", "why"),
-    [
-        ("", "cannot be empty"),
-        ("../etc", "invalid materialized view name"),
-        ("a/b", "invalid materialized view name"),
-        ("x" * 10_000, "10000 characters long; the limit is 128"),
-        ("x" * 129, "the limit is 128"),
-        ("vü", "invalid materialized view name"),
-        ("1abc", "invalid materialized view name"),
-        ("a.b", "invalid materialized view name"),
-        ("By_Region", "use 'by_region'"),
-        ("sales__mlog", "reserved for MV log tables"),
-    ],
-)
-def test_raw_create_with_a_bad_name_is_refused_without_touching_storage(name: str, why: str) -> None:
-    effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec()), {}, checked_ctx(TABLES))
-    error = refusal(effects)
-    assert error["code"] == 1001 and why in error["message"]
-    assert len(error["message"]) < 400  # a 10 000-character name is not echoed whole
-
-
-def test_the_longest_valid_name_is_accepted() -> None:
-    name = "v" * MAX_NAME_LENGTH
-    effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec()), {}, checked_ctx(TABLES))
-    assert effects.results[0]["accepted"] and f"mv:{name}" in effects.catalog
-
-
-def test_an_mv_named_like_a_base_table_or_mv_log_is_refused() -> None:
-    refused = refusal(handle_ddl(raw_event("CREATE_MV", "sales", mv=mv_spec()), {}, checked_ctx(TABLES)))
-    assert refused["code"] == 1001 and "a table named sales already exists" in refused["message"]
-    # A base table whose folder went away but whose MV log task is still in the catalog.
-    tasks: dict[str, Record] = {}
-    apply("CREATE MATERIALIZED VIEW LOG ON orders", tasks)
-    event = raw_event("CREATE_MV", "orders", mv=mv_spec())
-    refused = refusal(handle_ddl(event, tasks, checked_ctx({"sales"})))
-    assert "orders is a base table with an MV log" in refused["message"]
-
-
-def test_an_mv_reading_itself_or_closing_a_cycle_is_refused() -> None:
-    refused = refusal(
-        handle_ddl(raw_event("CREATE_MV", "loop", mv=mv_spec("SELECT * FROM loop")), {}, checked_ctx(TABLES))
-    )
-    assert "cannot read from itself" in refused["message"]
-    # a reads sales, b reads a (an MV over an MV is fine) — then a altered to read b closes a cycle.
-    tasks: dict[str, Record] = {}
-    tables = {*TABLES, "a", "b"}
-    # Each MV's table exists once it refreshed: a's before b is created, b's before the ALTER.
-    for name, query, existing in (
-        ("a", "SELECT id FROM sales", TABLES),
-        ("b", "SELECT id FROM a", TABLES | {"a"}),
-    ):
-        effects = handle_ddl(raw_event("CREATE_MV", name, mv=mv_spec(query)), tasks, checked_ctx(existing))
-        assert effects.results[0]["accepted"], effects.results
-        tasks.update(effects.catalog)  # type: ignore[arg-type]
-    alter = raw_event("ALTER_MV", "a", mv=mv_spec("SELECT id FROM b"))
-    refused = refusal(handle_ddl(alter, tasks, checked_ctx(tables)))
-    assert refused["code"] == 1001 and "a → b → a" in refused["message"]
-    assert tasks["mv:a"]["mv"]["base_tables"] == ["sales"]
-
-
-def test_an_mv_log_on_an_mv_is_refused() -> None:
-    tasks: dict[str, Record] = {}
-    apply(CREATE, tasks)
-    event = raw_event(
-        "CREATE_MV_LOG", "by_region", mv_log={"base_table": "by_region", "purge_interval_ms": 1000}
-    )
-    refused = refusal(handle_ddl(event, tasks, checked_ctx({*TABLES, "by_region"})))
-    assert "by_region is a materialized view" in refused["message"]
-
-
-@pytest.mark.parametrize(
-    ("spec", "why"),
-    [
-        (mv_spec(interval_ms=0), "EVERY interval must be greater than zero"),
-        (mv_spec(interval_ms=-5), "greater than zero"),
-        (mv_spec(interval_ms=2**63 - 1), "longer than the limit of 366 days"),
-        (mv_spec(kind="TARGET_LAG", interval_ms=None), "TARGET LAG needs an interval"),
-        (mv_spec(kind="HOURLY"), "unknown trigger kind"),
-        ({**mv_spec(), "refresh_mode": "SOMETIMES"}, "unknown refresh mode"),
-        ({**mv_spec(), "refresh_mode": "FAST", "query": "SELECT DISTINCT id FROM sales"}, "REFRESH FAST"),
-        (mv_spec(query=""), "has no query"),
-        (mv_spec(query="DROP TABLE sales"), ""),
-        (mv_spec(query="SELECT * FROM `a/b`"), "reading files by path"),
-        ({"query": "SELECT id FROM sales"}, "unknown refresh mode"),
-        ("not a record", "must be a record"),
-    ],
-)
-def test_raw_mv_specs_are_checked_value_by_value(spec: Any, why: str) -> None:
-    error = refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=spec), {}, checked_ctx(TABLES)))
-    assert error["code"] == 1001 and why in error["message"]
-
-
-def test_on_change_and_on_demand_ignore_an_interval() -> None:
-    event = raw_event("CREATE_MV", "v", mv=mv_spec(kind="ON_DEMAND", interval_ms=-1))
-    effects = handle_ddl(event, {}, checked_ctx(TABLES))
-    assert effects.catalog["mv:v"]["mv"]["trigger"] == {"kind": "ON_DEMAND", "interval_ms": None}  # type: ignore[index]
-
-
-@pytest.mark.parametrize(
-    ("mv_log", "why"),
-    [
-        ({"base_table": "orders", "purge_interval_ms": 1000}, "for table 'orders' but the event names sales"),
-        ({"base_table": "sales", "purge_interval_ms": 0}, "PURGE interval must be greater than zero"),
-        ({"base_table": "sales", "purge_interval_ms": 2**63 - 1}, "limit of 366 days"),
-    ],
-)
-def test_raw_mv_log_specs_are_checked(mv_log: Record, why: str) -> None:
-    error = refusal(handle_ddl(raw_event("CREATE_MV_LOG", "sales", mv_log=mv_log), {}, checked_ctx(TABLES)))
-    assert why in error["message"]
-
-
-@pytest.mark.parametrize("missing", ["event_id", "action", "name", "issued_by", "schema_version"])
-def test_an_event_missing_a_field_gets_one_refusal(missing: str) -> None:
-    event = raw_event("CREATE_MV", "v", mv=mv_spec())
-    del event[missing]
-    error = refusal(handle_ddl(event, {}, checked_ctx(TABLES)))
-    assert error["code"] == (6001 if missing == "schema_version" else 1001)
-
-
-def test_an_alter_with_missing_fields_is_refused() -> None:
-    tasks: dict[str, Record] = {}
-    apply(CREATE, tasks)
-    for mv in ({"refresh_mode": "COMPLETE"}, {**mv_spec(query=""), "trigger": None}, None):
-        error = refusal(handle_ddl(raw_event("ALTER_MV", "by_region", mv=mv), tasks, checked_ctx(TABLES)))
-        assert error["code"] == 1001
-
-
-def test_a_bug_inside_a_decision_becomes_an_internal_error_answer() -> None:
-    def broken(name: str) -> bool:
-        raise RuntimeError("boom")
-
-    bad_ctx = Context(now_ms=1, coordinator_epoch=1, table_exists=broken)
-    error = refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=mv_spec()), {}, bad_ctx))
-    assert error["message"].startswith("internal error: RuntimeError: boom")
-
-
-def test_a_storage_error_looking_up_a_table_is_a_2001_answer() -> None:
-    def unreachable(name: str) -> bool:
-        raise PermissionError("denied")
-
-    bad_ctx = Context(now_ms=1, coordinator_epoch=1, table_exists=unreachable)
-    assert refusal(handle_ddl(raw_event("CREATE_MV", "v", mv=mv_spec()), {}, bad_ctx))["code"] == 2001
 
 
 # -- FAILED → back -------------------------------------------------------------------------------------
@@ -493,7 +266,7 @@ def test_owner_rule_fails_closed_for_tasks_without_a_recorded_creator() -> None:
 def test_malformed_heartbeat_statuses_are_skipped_and_good_ones_still_count() -> None:
     tasks: dict[str, Record] = {}
     apply(CREATE, tasks)
-    good = _status(tasks["mv:by_region"], 1, {"sales": 4})
+    good = worker_status(tasks["mv:by_region"], 1, {"sales": 4})
     bad = [
         {"task_id": "mv:by_region"},
         "junk",
