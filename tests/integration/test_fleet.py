@@ -44,8 +44,7 @@ from tests.integration.fleet import (
 from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
 from workers.config import Settings
-from workers.jobs.metadata import decode_user_metadata
-from workers.jobs.tables import append, create_table, delta_history, read_table
+from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, table_exists
@@ -408,38 +407,6 @@ def test_standby_coordinator_takes_over_and_applies_ddl_once(h: Harness) -> None
         h.wait_run(f"mv:{name}", states={"COMPLETED"})
         assert table_exists(h.settings, name)
         h.ok(f"DROP MATERIALIZED VIEW {name}")
-
-
-# -- Delta's guard alone ---------------------------------------------------------------------------
-def test_refresh_commit_of_an_older_epoch_after_a_newer_one_is_skipped(
-    spark: Any, local_settings: Settings
-) -> None:
-    """The Delta guard by itself: epoch e+1 commits first, then the late epoch-e commit is skipped."""
-    from tests.integration.run_requests import run_request
-    from workers.jobs.refresh import refresh_complete
-
-    create_table(spark, local_settings, "base", [{"id": 1, "v": 1}], "id BIGINT, v BIGINT")
-
-    def refresh(epoch: int, run_id: str) -> Any:
-        request = run_request(
-            local_settings,
-            "m",
-            "SELECT id, v FROM base",
-            epoch=epoch,
-            run=run_id,
-            job_group=f"mvs-{run_id}",
-            bases=["base"],
-        )
-        return refresh_complete(spark, local_settings, request)
-
-    newer = refresh(5, "new")
-    append(spark, local_settings, "base", [{"id": 2, "v": 2}])  # the late one even saw more data
-    older = refresh(4, "old")
-    assert newer.applied and not older.applied
-    assert "stale epoch 4" in older.message
-    metas = [decode_user_metadata(c["userMetadata"]) for c in delta_history(spark, local_settings, "m")]
-    assert [(m.epoch, m.run_id) for m in metas if m] == [(5, "new")]
-    assert sorted(r["id"] for r in read_table(spark, local_settings, "m")) == [1]
 
 
 # -- a worker leaves ------------------------------------------------------------------------------

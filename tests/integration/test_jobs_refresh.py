@@ -19,7 +19,7 @@ from workers.config import Settings
 from workers.ddl import QueryPlan, plan_record
 from workers.jobs import refresh, tables
 from workers.jobs.errors import RunCancelled
-from workers.jobs.metadata import txn_version
+from workers.jobs.metadata import decode_user_metadata, txn_version
 from workers.worker.runner import SparkRunner
 
 pytestmark = pytest.mark.integration
@@ -119,6 +119,8 @@ def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> 
     history = tables.delta_history(spark, s, "mv_b")
     assert [h["version"] for h in history] == [0]
     assert history[0]["txn"] == [{"appId": "mv:mv_b", "version": txn_version(3, {"sales": 0})}]
+    metas = [decode_user_metadata(h["userMetadata"]) for h in history]
+    assert [(m.epoch, m.run_id) for m in metas if m] == [(3, "new-owner")]
     assert _rows(spark, s, "mv_b") == [(1, 50)]
 
 

@@ -62,11 +62,16 @@ def check_cancelled(group: str) -> None:
         raise RunCancelled(f"run {group} cancelled")
 
 
+def spark_job_ids(spark: SparkSession, group: str) -> list[int]:
+    """The Spark jobs run under ``group``: finished, failed and running ones (Spark's status tracker
+    keeps the last ``spark.ui.retainedJobs``, 1000 by default). Its listener runs a moment behind the
+    scheduler, so a job started in the last instant may not be listed yet."""
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
 def spark_jobs(spark: SparkSession, group: str) -> int:
-    """How many Spark jobs ran under ``group``: finished, failed and running ones (Spark's status
-    tracker keeps the last ``spark.ui.retainedJobs``, 1000 by default). Its listener runs a moment
-    behind the scheduler, so a job started in the last instant may not be counted yet."""
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    """How many Spark jobs ran under ``group`` (see ``spark_job_ids``)."""
+    return len(spark_job_ids(spark, group))
 
 
 def cancel_run(spark: SparkSession, job_group: str) -> bool:

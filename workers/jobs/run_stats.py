@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from workers.jobs.groups import spark_job_ids
+
 
 @dataclass(frozen=True)
 class RunStats:
@@ -22,7 +24,7 @@ class RunStats:
 def group_stats(spark: SparkSession, group: str) -> RunStats:
     """Spark jobs run under ``group`` and the input records of their stages."""
     tracker = spark.sparkContext.statusTracker()
-    job_ids = tracker.getJobIdsForGroup(group)
+    job_ids = spark_job_ids(spark, group)
     stage_ids: set[int] = set()
     for job_id in job_ids:
         info = tracker.getJobInfo(job_id)
