@@ -24,9 +24,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def report(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]], figures: Record) -> None:
     """Print the table, then (last) one JSON line with the figures, for scripts to read."""
+    print_table(title, headers, rows)
+    print(json.dumps(figures, sort_keys=True))
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A titled table (a benchmark printing several ends with ``report``)."""
     print(f"\n{title}  (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
     print(table(headers, rows))
-    print(json.dumps(figures, sort_keys=True))
 
 
 WORKER_ID = "bench"  # the worker the benchmark tasks are issued to (a manager starts only its own)

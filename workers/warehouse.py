@@ -83,3 +83,18 @@ def read_commit(settings: Settings, name: str, version: int) -> list[dict[str, A
     path = local_table_dir(settings, name) / DELTA_LOG / f"{version:020d}.json"
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def read_checksum(settings: Settings, name: str, version: int) -> dict[str, Any] | None:
+    """The table's state at ``version`` as Delta summarized it in ``NNNN.crc`` (``tableSizeBytes``,
+    ``numFiles``, ``metadata.schemaString``…), or None: not a local warehouse, or no such file (a
+    writer may skip it; callers then do without)."""
+    if not is_local(settings):
+        return None
+    path = local_table_dir(settings, name) / DELTA_LOG / f"{version:020d}.crc"
+    try:
+        with path.open(encoding="utf-8") as handle:
+            body = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None

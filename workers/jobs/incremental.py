@@ -22,6 +22,7 @@ makes ours skipped, or fail as a concurrent transaction).
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
@@ -31,6 +32,7 @@ from pyspark.sql import functions as F
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
+from workers.jobs import changes as change_rows
 from workers.jobs import deltalog, groups, incremental_append, mvlog
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
@@ -47,6 +49,12 @@ _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _COMMIT_CONFS = frozenset({_TXN_APP_ID, _TXN_VERSION, _USER_METADATA})
 _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+_MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
+_MERGE_CONFS = _COMMIT_CONFS | {_MERGE_DELETION_VECTORS}
+# Average MV data file size from which a MERGE marks replaced rows in deletion vectors instead of
+# rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
+# ~8 more Spark jobs per MERGE), of large files far dearer (cost of the table, not of the change).
+DELETION_VECTOR_FILE_BYTES = 8 << 20
 
 
 class FastRefreshNotPossible(ChangesNotRetained):
@@ -83,7 +91,7 @@ def fast_refresh_blocker(spark: SparkSession, settings: Settings, request: RunRe
     try:
         plan = fast_plan(request)
         state = _check(spark, settings, request, plan)
-        _check_schema(spark, settings, request, plan, state)
+        _check_schema_once(spark, settings, request, plan, state)
     except FastRefreshNotPossible as why:
         return why.reason
     return None
@@ -109,7 +117,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             return _fenced_out(state.watermark, epoch)
         if state.watermark.epoch == epoch and state.since == state.until:
             return _fenced_out(state.watermark, epoch)  # Delta would skip this very commit: no work
-        _check_schema(session, settings, request, plan, state)
+        _check_schema_once(session, settings, request, plan, state)
         groups.check_cancelled(request.job_group)
         scope = apply.Scope(session, settings, request.mv_name)
         try:
@@ -148,6 +156,32 @@ def _check(spark: SparkSession, settings: Settings, request: RunRequest, plan: F
     if log.retained_from > since + 1:
         raise FastRefreshNotPossible(f"complete: change data before v{log.retained_from} was purged")
     return _State(current, mv_version, since, until)
+
+
+# Schema checks that passed, by what they depend on (see ``_check_schema_once``).
+_schemas_checked: set[tuple[object, ...]] = set()
+_schemas_lock = threading.Lock()
+
+
+def _check_schema_once(
+    spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
+) -> None:
+    """``_check_schema``, skipped when it already passed for the same query over the same MV and base
+    schemas (read from Delta's per-version checksum files, no Spark): it analyses the query, which
+    loads the base's snapshot at the pinned version, and a run would otherwise pay that twice (the
+    decision asks, the run checks again under the fence) and every run again."""
+    stamps = [warehouse.read_checksum(settings, request.mv_name, state.mv_version)]
+    stamps += [warehouse.read_checksum(settings, b, v) for b, v in sorted(request.pinned.items())]
+    schemas = [None if s is None else (s.get("metadata") or {}).get("schemaString") for s in stamps]
+    key = (request.mv_name, request.query, plan, tuple(settings.allowed_functions), *schemas)
+    known = all(isinstance(schema, str) for schema in schemas)
+    with _schemas_lock:
+        if known and key in _schemas_checked:
+            return
+    _check_schema(spark, settings, request, plan, state)
+    if known:
+        with _schemas_lock:
+            _schemas_checked.add(key)
 
 
 def _check_schema(
@@ -223,7 +257,8 @@ def _apply(
     version = str(txn_version(request.epoch, watermark))
     path = warehouse.table_path(settings, request.mv_name)
     _step(session, request, "read the change rows")
-    changes = mvlog.read_changes(session, settings, base, state.since, state.until)
+    read = change_rows.read(session, settings, base, state.since, state.until)
+    changes = read.frame
     inserted = None
     if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
         inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
@@ -248,7 +283,9 @@ def _apply(
                 f"complete: MV content does not match its watermark ({why})"
             ) from why
     _step(session, request, f"commit ({change.plan})")
-    detail = f"{change.plan}: {change.summary}"
+    detail = f"{change.plan}: {change.summary}" + (
+        ", change rows shared with another MV" if read.shared else ""
+    )
     if change.merge is None:
         assert change.appended is not None
         incremental_append.append(
@@ -260,6 +297,9 @@ def _apply(
     session.conf.set(_TXN_APP_ID, task_id)
     session.conf.set(_TXN_VERSION, version)
     session.conf.set(_USER_METADATA, metadata)
+    session.conf.set(
+        _MERGE_DELETION_VECTORS, str(_large_files(settings, request.mv_name, state.mv_version)).lower()
+    )
     spec = change.merge
     try:
         target = DeltaTable.forPath(session, path).alias("t")
@@ -269,9 +309,19 @@ def _apply(
             builder = builder.whenMatchedUpdate(set=spec.update_set)
         builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
     finally:
-        for key in _COMMIT_CONFS:
+        for key in _MERGE_CONFS:
             session.conf.unset(key)
     return change.change_rows, detail
+
+
+def _large_files(settings: Settings, mv_name: str, version: int) -> bool:
+    """Are the MV's data files large enough for deletion vectors to pay (``DELETION_VECTOR_FILE_BYTES``)?
+    From Delta's checksum of that version; unknown (no checksum, or a remote warehouse) counts as small."""
+    summary = warehouse.read_checksum(settings, mv_name, version) or {}
+    size, files = summary.get("tableSizeBytes"), summary.get("numFiles")
+    if not isinstance(size, int) or not isinstance(files, int) or files == 0:
+        return False
+    return size // files >= DELETION_VECTOR_FILE_BYTES
 
 
 def _step(session: SparkSession, request: RunRequest, what: str) -> None:

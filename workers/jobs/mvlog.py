@@ -207,7 +207,8 @@ def read_changes(
     """Change rows of base versions (after_version, up_to_version], capturing first if needed.
 
     Raises ChangesNotRetained when part of that range is no longer (or never was) in the log —
-    the caller then falls back to a complete refresh.
+    the caller then falls back to a complete refresh. (A refresh reads through ``workers.jobs.changes``,
+    which does not wait for a capture.)
     """
     state = _require_state(spark, settings, base_table)
     if up_to_version > state.captured_version:
@@ -215,11 +216,24 @@ def read_changes(
         state = _require_state(spark, settings, base_table)
     if up_to_version > state.captured_version:
         raise ValueError(f"{base_table} has no version {up_to_version} yet (latest {state.captured_version})")
+    check_retained(state, after_version)
+    return read_captured(spark, settings, base_table, after_version, up_to_version)
+
+
+def check_retained(state: MvLogState, after_version: int) -> None:
+    """Raise ChangesNotRetained when the log no longer holds every change after ``after_version``."""
     if after_version + 1 < state.retained_from:
         raise ChangesNotRetained(
-            f"MV log of {base_table} retains changes from version {state.retained_from}, "
+            f"MV log of {state.base} retains changes from version {state.retained_from}, "
             f"changes after {after_version} were asked"
         )
+
+
+def read_captured(
+    spark: SparkSession, settings: Settings, base_table: str, after_version: int, up_to_version: int
+) -> DataFrame:
+    """The log's rows of base versions (after_version, up_to_version], all captured already; read at the
+    log's current version, so a purge or capture committing meanwhile changes nothing read."""
     mlog = warehouse.mlog_table_name(base_table)
     pinned = deltalog.current_version(spark, settings, mlog)
     return (

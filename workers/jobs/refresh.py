@@ -88,6 +88,10 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
                 frame.write.format("delta")
                 .mode("overwrite")
                 .option("overwriteSchema", "true")
+                # An incremental MERGE then marks the rows it replaces instead of rewriting every file
+                # holding one (cost follows the change). Set when the table is created: an older MV
+                # table keeps its protocol (readers without deletion-vector support still read it).
+                .option("delta.enableDeletionVectors", "true")
                 .option("txnAppId", request.task_id)
                 .option("txnVersion", str(txn_version(request.epoch, request.watermark)))
                 .option("userMetadata", metadata)

@@ -21,10 +21,13 @@ class RunStats:
     rows_read: int
 
 
-def group_stats(spark: SparkSession, group: str) -> RunStats:
-    """Spark jobs run under ``group`` and the input records of their stages."""
+def group_stats(spark: SparkSession, group: str, *, step: str | None = None) -> RunStats:
+    """Spark jobs run under ``group`` and the input records of their stages; with ``step``, only the
+    jobs of the run's step of that name (``incremental._step``: the job description names it)."""
     tracker = spark.sparkContext.statusTracker()
     job_ids = spark_job_ids(spark, group)
+    if step is not None:
+        job_ids = [j for j in job_ids if step in _description(spark, j)]
     stage_ids: set[int] = set()
     for job_id in job_ids:
         info = tracker.getJobInfo(job_id)
@@ -39,3 +42,12 @@ def group_stats(spark: SparkSession, group: str) -> RunStats:
         except Exception:  # noqa: BLE001 - evicted from the store (or never ran): nothing to add
             continue
     return RunStats(jobs=len(job_ids), rows_read=rows)
+
+
+def _description(spark: SparkSession, job_id: int) -> str:
+    store = spark.sparkContext._jsc.sc().statusStore()  # noqa: SLF001
+    try:
+        described = store.job(job_id).description()
+    except Exception:  # noqa: BLE001 - evicted from the store
+        return ""
+    return str(described.get()) if described.isDefined() else ""

@@ -101,7 +101,10 @@ def get_spark(settings: Settings) -> SparkSession:
 # Set on every run session, where MV queries run: no ``parquet.`/path``` tables (a query reads the
 # views the run registered, never files by path). Not process-wide: the workers' own maintenance SQL
 # (``ALTER TABLE delta.`<path>` …`` in workers.jobs.mvlog) addresses tables by path.
-RUN_CONF = {"spark.sql.runSQLOnFiles": "false"}
+#
+# A ``limit(n)`` collect (``held.hold``) scans every partition in one job instead of one partition,
+# then 4, then 16… (a job each): a run's small frames span a few files, and jobs are its fixed cost.
+RUN_CONF = {"spark.sql.runSQLOnFiles": "false", "spark.sql.limit.initialNumPartitions": "1000000"}
 
 
 # Adaptive query execution runs every shuffle stage of a query as a Spark job of its own, Delta's

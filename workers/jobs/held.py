@@ -1,0 +1,44 @@
+"""Small frames computed once and held by the driver, without lineage back to Delta.
+
+A FAST run works on small data (the change rows, the per-group delta, the affected MV rows): holding
+each such frame once means later reads of it run no job of their own (filters and projections of a
+local relation are folded by the optimizer, a collect is served from the driver), and a MERGE that
+plans its source several times re-reads no change data and rebuilds no time-travel snapshot.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+# The most rows one frame holds on the driver; beyond it the frame is kept on the executors instead
+# (``localCheckpoint``), so the worker's memory bounds no change size (a bulk load, a backfill).
+DRIVER_ROWS_LIMIT = 100_000
+
+
+def hold(session: SparkSession, frame: DataFrame) -> DataFrame:
+    """``frame`` computed once (one Spark job) and held: on the driver as a local relation (rows stay
+    JVM values, no Python round trip: exact for every type) or, past ``DRIVER_ROWS_LIMIT`` rows, as a
+    local checkpoint on the executors (computed once more)."""
+    return hold_counted(session, frame)[0]
+
+
+def hold_counted(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, int]:
+    """``hold`` and the number of rows held (known for free on the driver, one count of the checkpoint
+    otherwise)."""
+    rows = frame._jdf.limit(DRIVER_ROWS_LIMIT + 1).collectAsList()  # noqa: SLF001 - JVM-side collect
+    if rows.size() > DRIVER_ROWS_LIMIT:
+        checkpoint = frame.localCheckpoint(eager=True)
+        return checkpoint, checkpoint.count()
+    local = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
+    return DataFrame(local, session), int(rows.size())
+
+
+def rebind(frame: DataFrame, session: SparkSession) -> DataFrame:
+    """A held frame used from another session of the same SparkContext (a run session of its own):
+    its plan (local rows or a checkpoint) carries no session state, the new frame takes ``session``'s
+    SQL conf for whatever is built on it."""
+    if frame.sparkSession is session:
+        return frame
+    plan = frame._jdf.queryExecution().logical()  # noqa: SLF001
+    dataset = session.sparkContext._jvm.org.apache.spark.sql.classic.Dataset  # type: ignore[union-attr]  # noqa: SLF001
+    return DataFrame(dataset.ofRows(session._jsparkSession, plan), session)  # noqa: SLF001
