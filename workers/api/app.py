@@ -132,6 +132,8 @@ def create_app(settings: Settings) -> FastAPI:
         client = MvsClient(settings, issued_by=ISSUED_BY, quiet_kafka_logs=True)
         try:
             return within(timeout_s, lambda: read(client))
+        except Exception as exc:  # answered here, so the server does not log it as a crash too
+            raise api_error(exc, settings) from exc
         finally:
             client.close()
 
