@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -47,12 +47,19 @@ ACTIONS = {
 }
 
 
+# A path's MV name (or task id, where the route says so), with a realistic example for the docs.
+NAME = Path(description="an MV name, e.g. sales_by_region", examples=["sales_by_region"])
+
+
 class StatementRequest(BaseModel):
     """One DDL statement, as ``mvs sql`` takes it (grammar: docs/GRAMMAR.md)."""
 
     statement: str = Field(
         description="one DDL statement",
-        examples=["CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 30 SECONDS AS SELECT 1 AS x"],
+        examples=[
+            "CREATE MATERIALIZED VIEW sales_by_region REFRESH COMPLETE EVERY 30 SECONDS AS "
+            "SELECT region, sum(amount) AS total FROM sales GROUP BY region"
+        ],
     )
 
 
@@ -158,7 +165,7 @@ def create_app(settings: Settings) -> FastAPI:
         return status_json(snapshot, settings.namespace)
 
     @app.get("/mvs/{name}", response_model=TaskJson, responses=READ_ERRORS, tags=["tasks"])
-    def get_task(name: str) -> TaskJson:
+    def get_task(name: str = NAME) -> TaskJson:
         """One task: an MV by name (``by_region``) or any task by id (``mvlog:sales``)."""
         task_id = task_id_of(name)
         snapshot = call(lambda client: client.status_snapshot(timeout_s=timeout_s))
@@ -167,7 +174,7 @@ def create_app(settings: Settings) -> FastAPI:
         return snapshot_task_json(snapshot, task_id)
 
     @app.get("/mvs/{name}/history", response_model=HistoryJson, responses=READ_ERRORS, tags=["tasks"])
-    def get_history(name: str, limit: int = Query(30, ge=1, le=MAX_HISTORY)) -> HistoryJson:
+    def get_history(name: str = NAME, limit: int = Query(30, ge=1, le=MAX_HISTORY)) -> HistoryJson:
         """The task's last ``limit`` runs and DDL statements, oldest first (as ``mvs history
         --output json``); a dropped MV keeps its history, a name that never had any is 404."""
         task_id = task_id_of(name)
@@ -183,7 +190,7 @@ def create_app(settings: Settings) -> FastAPI:
         return execute(request.statement)
 
     def add_action(action: str, template: str) -> None:
-        def act(name: str) -> StatementJson:
+        def act(name: str = NAME) -> StatementJson:
             problem = mv_name_problem(name)
             if problem is not None:
                 raise bad_request(problem)
