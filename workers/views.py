@@ -96,23 +96,15 @@ class StatusJson(TypedDict):
     notes: list[str]
 
 
-class RunJson(TypedDict):
-    run_id: str
+class RunJson(LastRunJson):
+    """A run record: its summary (as a task's ``last_run``) and where it ran, what it read, why it failed."""
+
     task_id: str
     epoch: int
     worker_id: str
-    trigger: str
-    state: str
-    started_at: str
-    started_at_ms: int
-    ended_at: str | None
-    ended_at_ms: int | None
-    duration_ms: int | None
-    rows_written: int | None
     watermark_before: dict[str, int]
     watermark_after: dict[str, int]
     error: ErrorJson | None
-    message: str | None
 
 
 class DdlJson(TypedDict):
@@ -186,6 +178,7 @@ def error_json(error: Record | None) -> ErrorJson | None:
 
 
 def last_run_json(run: Record | None) -> LastRunJson | None:
+    """A RunSummary (a task's ``last_run``), or the summary part of a RunRecord."""
     if run is None:
         return None
     return {
@@ -284,23 +277,16 @@ def status_json(snapshot: StatusSnapshot, namespace: str) -> StatusJson:
 
 
 def run_json(run: Record) -> RunJson:
+    summary = last_run_json(run)
+    assert summary is not None
     return {
-        "run_id": run["run_id"],
+        **summary,
         "task_id": run["task_id"],
         "epoch": run["epoch"],
         "worker_id": run["worker_id"],
-        "trigger": run["trigger"],
-        "state": run["state"],
-        "started_at": _iso(run["started_at"]),
-        "started_at_ms": run["started_at"],
-        "ended_at": iso(run.get("ended_at")),
-        "ended_at_ms": run.get("ended_at"),
-        "duration_ms": _duration_ms(run["started_at"], run.get("ended_at")),
-        "rows_written": run.get("rows_written"),
         "watermark_before": dict(run["watermark_before"]),
         "watermark_after": dict(run["watermark_after"]),
         "error": error_json(run.get("error")),
-        "message": run.get("message"),
     }
 
 

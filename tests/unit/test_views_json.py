@@ -57,6 +57,15 @@ def snapshot(**changes: Any) -> StatusSnapshot:
     return StatusSnapshot(**fields)
 
 
+# The fixtures' TaskError, as every shape shows an error.
+FIXTURE_ERROR = {
+    "code": 2001,
+    "message": "storage unavailable",
+    "severity": "ERROR",
+    "retryable": True,
+    "at": "2026-01-01T00:00:00.000Z",
+    "at_ms": 1767225600000,
+}
 TASK_FIELDS = [
     "task_id", "kind", "name", "state", "owner", "epoch", "refresh_mode", "trigger", "query",
     "base_tables", "purge_interval_ms", "watermark", "lag_versions", "next_run_at", "next_run_at_ms",
@@ -90,14 +99,7 @@ def test_an_mv_task_has_the_documented_fields_times_twice_and_enums_as_names() -
         "rows_written": 42,
         "message": None,
     }
-    assert shape["error"] == {
-        "code": 2001,
-        "message": "storage unavailable",
-        "severity": "ERROR",
-        "retryable": True,
-        "at": "2026-01-01T00:00:00.000Z",
-        "at_ms": 1767225600000,
-    }
+    assert shape["error"] == FIXTURE_ERROR
 
 
 def test_an_mv_log_task_reads_its_base_table_and_has_no_lag() -> None:
@@ -146,9 +148,9 @@ def test_history_has_runs_and_ddl_with_their_answers_and_notes_for_what_could_no
     assert list(document) == ["task_id", "runs", "ddl", "notes"]
     (shape,) = document["runs"]
     assert list(shape) == [
-        "run_id", "task_id", "epoch", "worker_id", "trigger", "state", "started_at", "started_at_ms",
-        "ended_at", "ended_at_ms", "duration_ms", "rows_written", "watermark_before", "watermark_after",
-        "error", "message",
+        "run_id", "trigger", "state", "started_at", "started_at_ms", "ended_at", "ended_at_ms",
+        "duration_ms", "rows_written", "message", "task_id", "epoch", "worker_id", "watermark_before",
+        "watermark_after", "error",
     ]  # fmt: skip
     assert shape["state"] == "ERROR" and shape["duration_ms"] == 900 and shape["error"]["code"] == 2001
     answered, unanswered = document["ddl"]
@@ -166,14 +168,7 @@ def test_a_statement_answer_carries_the_event_id_and_the_refusal_code() -> None:
         "event_id": "evt-2",
         "accepted": False,
         "task_id": None,
-        "error": {
-            "code": 2001,
-            "message": "storage unavailable",
-            "severity": "ERROR",
-            "retryable": True,
-            "at": "2026-01-01T00:00:00.000Z",
-            "at_ms": 1767225600000,
-        },
+        "error": FIXTURE_ERROR,
     }
 
 

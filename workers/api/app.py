@@ -128,7 +128,8 @@ def create_app(settings: Settings) -> FastAPI:
         title="mvs",
         version="1",
         description="Materialized views over Delta Lake kept fresh by workers on Kafka: task status, "
-        "run history, DDL. Errors are {error_code, message} with the codes of README 'Error codes'.",
+        "run history, DDL. Errors are {error_code, message}, with the codes of docs/ARCHITECTURE.md "
+        "'Error codes'.",
     )
     _install_error_handlers(app, settings)
     _documented_errors_only(app)

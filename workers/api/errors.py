@@ -25,7 +25,9 @@ _REFUSAL_STATUS: dict[int, int] = {
 
 
 class ApiErrorJson(TypedDict):
-    error_code: int | None  # seed-002 code (README "Error codes"); None only for a bug of ours (500)
+    error_code: (
+        int | None
+    )  # seed-002 code (docs/ARCHITECTURE.md "Error codes"); None only for a bug of ours (500)
     message: str
 
 
