@@ -334,7 +334,7 @@ class MvsClient:
         for table in sorted({b for t in tasks.values() if t.get("mv") for b in t["mv"]["base_tables"]}):
             try:
                 versions[table] = latest_version(self.settings, table)
-            except OSError as exc:
+            except (OSError, NotImplementedError) as exc:  # NotImplementedError: a remote warehouse
                 versions[table] = None
                 note = f"lag: cannot read the warehouse: {exc}"
                 if note not in notes:
