@@ -7,6 +7,8 @@ mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coo
 mvs status [--watch SECONDS]      every task: kind, state, owner, epoch, last run, watermark, lag, error
 mvs history [TASK]                run history
 mvs tail TOPIC [--from-beginning] decoded records of any mvs topic
+          (status, history, tail: --output json for scripts; fields in README "Machine-readable output")
+mvs serve [--host H] [--port P]   the REST API (README "REST API"; OpenAPI at /openapi.json)
 mvs coordinator | mvs worker      run a role until SIGTERM / Ctrl-C
 mvs broker                        run the embedded Kafka broker in the foreground
 mvs demo                          the live demo (broker, coordinator, two workers, sample data)
@@ -30,6 +32,7 @@ from workers.cli_commands import (
     cmd_coordinator,
     cmd_demo,
     cmd_history,
+    cmd_serve,
     cmd_sql,
     cmd_status,
     cmd_tail,
@@ -76,6 +79,17 @@ def _timeout_option(default: float) -> argparse.ArgumentParser:
     return parent
 
 
+def _output_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="json: stable field names for scripts (README 'Machine-readable output')",
+    )
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mvs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -85,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     bounded = _timeout_option(DEFAULT_CLIENT_TIMEOUT_S)
+    output = _output_option()
     topics = sub.add_parser("topics", help="manage the topics declared in topics/", parents=[bounded])
     topics.add_argument("action", choices=["apply"])
     topics.set_defaults(func=cmd_topics, watchdog=True)
@@ -99,17 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("statement")
     sql.add_argument("--no-wait", action="store_true", help="do not wait for the coordinator's answer")
     sql.set_defaults(func=cmd_sql, watchdog=True)
-    status = sub.add_parser("status", help="list every task", parents=[bounded])
+    status = sub.add_parser("status", help="list every task", parents=[bounded, output])
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS")
     status.set_defaults(func=cmd_status)  # bounds each snapshot itself
-    history = sub.add_parser("history", help="run history", parents=[bounded])
+    history = sub.add_parser("history", help="run history", parents=[bounded, output])
     history.add_argument("task", nargs="?")
     history.add_argument("--limit", type=int, default=30)
     history.set_defaults(func=cmd_history, watchdog=True)
-    tail = sub.add_parser("tail", help="print decoded records of a topic", parents=[bounded])
+    tail = sub.add_parser("tail", help="print decoded records of a topic", parents=[bounded, output])
     tail.add_argument("topic", help="logical topic name, e.g. ddl, catalog, runs, dlq")
     tail.add_argument("--from-beginning", action="store_true")
     tail.set_defaults(func=cmd_tail)  # bounds connecting; then follows until Ctrl-C
+    serve = sub.add_parser("serve", help="serve the REST API until SIGTERM / Ctrl-C")
+    serve.add_argument("--host", default=None, help="address to listen on (default MVS_API_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default MVS_API_PORT, 8083)")
+    serve.set_defaults(func=cmd_serve)
     coordinator = sub.add_parser("coordinator", help="run a coordinator")
     coordinator.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics")
     coordinator.set_defaults(func=cmd_coordinator)

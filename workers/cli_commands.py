@@ -106,79 +106,49 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
         client.close()
 
 
-def _status_text(settings: Settings, args: argparse.Namespace) -> str:
+def _status_output(settings: Settings, args: argparse.Namespace) -> str:
     """The tasks table, then the live roles; what cannot be read (a group this principal may not
-    describe, an unreadable warehouse) is one note under the tables, not a failure."""
-    from workers.client import Deadline, MvsClientError
-    from workers.kafka.admin import group_owners
-    from workers.kafka.errors import BusError
+    describe, an unreadable warehouse) is one note under the tables, not a failure. With
+    ``--output json``: one JSON document (``workers.views.status_json``)."""
     from workers.status import members_table, notes_text, status_table
-    from workers.warehouse import latest_version
 
-    deadline = Deadline(args.timeout)
-    client = _client(settings, args)
-    tasks = client.tasks(timeout_s=deadline.remaining())  # the catalog is the one thing status needs
-    checked = _checked(settings, args)
-    notes: list[str] = []
-    owners: list[dict[str, list[int]]] = []
-    for role in ("coordinator", "workers"):
-        try:
-            owners.append(
-                group_owners(checked, settings.group(role), strict=True, timeout_s=deadline.remaining())
-            )
-        except BusError as exc:
-            notes.append(f"roles: {exc}")
-            owners.append({})
+    snapshot = _client(settings, args).status_snapshot(timeout_s=args.timeout)
+    if args.output == "json":
+        from workers.views import status_json
 
-    def version(table: str) -> int | None:
-        try:
-            return latest_version(settings, table)
-        except OSError as exc:
-            note = f"lag: cannot read the warehouse: {exc}"
-            if note not in notes:
-                notes.append(note)
-            return None
-
-    loop_errors: dict[str, str | None] = {}
-    if owners[1]:
-        try:
-            loop_errors = client.loop_errors(timeout_s=deadline.remaining())
-        except MvsClientError as exc:
-            notes.append(f"loop errors: {exc}")
-    text = status_table(tasks, version) + "\n\n" + members_table(owners[0], owners[1], tasks, loop_errors)
-    return text + notes_text(notes)
+        return json.dumps(status_json(snapshot, settings.namespace))
+    tables = status_table(snapshot.tasks, snapshot.latest_version) + "\n\n"
+    tables += members_table(snapshot.coordinators, snapshot.workers, snapshot.tasks, snapshot.loop_errors)
+    return tables + notes_text(snapshot.notes)
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     if not args.watch:
-        print(within(args.timeout, lambda: _status_text(settings, args)), flush=True)
+        print(within(args.timeout, lambda: _status_output(settings, args)), flush=True)
         return 0
     while True:
-        text = within(args.timeout, lambda: _status_text(settings, args))
-        print("\033[2J\033[H" + time.strftime("%H:%M:%S ") + settings.namespace)
+        text = within(args.timeout, lambda: _status_output(settings, args))
+        if args.output != "json":  # JSON: one document per line, for a script to follow
+            print("\033[2J\033[H" + time.strftime("%H:%M:%S ") + settings.namespace)
         print(text, flush=True)
         time.sleep(args.watch)
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     """Runs, then the DDL log; a part this principal may not read (or a missing topic) is a note."""
-    from workers.client import Deadline, NotAuthorized, TopicNotFound
+    from workers.client import task_id_of
     from workers.status import ddl_table, history_table
 
-    task = args.task
-    if task and ":" not in task:
-        task = f"mv:{task}"
-    client = _client(settings, args)
-    deadline = Deadline(args.timeout)
-    try:
-        print(history_table(client.history(task, limit=args.limit, timeout_s=deadline.remaining())))
-    except (NotAuthorized, TopicNotFound) as exc:
-        print(f"runs: {exc}")
+    task = task_id_of(args.task) if args.task else None
+    snapshot = _client(settings, args).history_snapshot(task, args.limit, timeout_s=args.timeout)
+    if args.output == "json":
+        from workers.views import history_json
+
+        print(json.dumps(history_json(snapshot)))
+        return 0
+    print(history_table(snapshot.runs) if snapshot.runs is not None else snapshot.runs_note)
     print()
-    try:
-        print(ddl_table(client.ddl_history(task, limit=args.limit, timeout_s=deadline.remaining())))
-    except (NotAuthorized, TopicNotFound) as exc:
-        print(f"ddl: {exc}")
+    print(ddl_table(snapshot.ddl) if snapshot.ddl is not None else snapshot.ddl_note)
     return 0
 
 
@@ -193,6 +163,11 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
     checked = within(args.timeout, lambda: _checked(settings, args))
     stop = _stop_event()
     for message in tail(checked, args.topic, from_beginning=args.from_beginning, stop=stop):
+        if args.output == "json":
+            from workers.views import tail_json
+
+            print(json.dumps(tail_json(message)), flush=True)
+            continue
         print(
             json.dumps(
                 {
@@ -207,6 +182,13 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
             flush=True,
         )
     return 0
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.api.server import serve
+
+    port = settings.api_port if args.port is None else args.port
+    return serve(settings, host=args.host or settings.api_host, port=port)
 
 
 def _serve_metrics(args: argparse.Namespace) -> None:

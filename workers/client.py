@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 from workers.catalog.errors import ErrorCode
@@ -127,6 +128,45 @@ def parse(sql: str, *, issued_by: str) -> Record:
         raise StatementError("statement is nested too deeply to parse") from exc
     except (ValueError, TypeError) as exc:  # a parser bug must not look like a bus failure
         raise StatementError(f"statement could not be parsed: {exc}") from exc
+
+
+def task_id_of(name: str) -> str:
+    """The task id a user means by ``name``: an MV's name (``v`` → ``mv:v``) or a task id itself."""
+    return name if ":" in name else f"mv:{name}"
+
+
+@dataclass(frozen=True)
+class StatusSnapshot:
+    """What ``mvs status`` and ``GET /mvs`` show: the catalog, the live roles (role name → the
+    partitions it holds), each worker's last loop error, the newest Delta version of every base
+    table an MV reads (None: no table or unreadable), and what could not be read (``notes``)."""
+
+    tasks: dict[str, Record]
+    coordinators: dict[str, list[int]]
+    workers: dict[str, list[int]]
+    loop_errors: dict[str, str | None]
+    versions: dict[str, int | None]
+    notes: list[str]
+    at_ms: int
+
+    def latest_version(self, table: str) -> int | None:
+        return self.versions.get(table)
+
+
+@dataclass(frozen=True)
+class HistorySnapshot:
+    """What ``mvs history`` and ``GET /mvs/{name}/history`` show: runs and DDL entries (None: that
+    part could not be read, ``notes`` say why)."""
+
+    task_id: str | None
+    runs: list[Record] | None
+    ddl: list[Record] | None
+    runs_note: str | None = None
+    ddl_note: str | None = None
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for note in (self.runs_note, self.ddl_note) if note]
 
 
 class MvsClient:
@@ -271,6 +311,60 @@ class MvsClient:
                 }
             )
         return entries[-limit:]
+
+    def status_snapshot(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> StatusSnapshot:
+        """The catalog (which must be readable), then what can be read of the rest: a group this
+        principal may not describe, or an unreadable warehouse, is a note instead of a failure."""
+        from workers.kafka.admin import group_owners
+        from workers.warehouse import latest_version
+
+        deadline = Deadline(timeout_s)
+        tasks = self.tasks(timeout_s=deadline.remaining())
+        checked = self.connect(Deadline(deadline.remaining()))
+        notes: list[str] = []
+        owners: list[dict[str, list[int]]] = []
+        for role in ("coordinator", "workers"):
+            try:
+                group = self.settings.group(role)
+                owners.append(group_owners(checked, group, strict=True, timeout_s=deadline.remaining()))
+            except BusError as exc:
+                notes.append(f"roles: {exc}")
+                owners.append({})
+        versions: dict[str, int | None] = {}
+        for table in sorted({b for t in tasks.values() if t.get("mv") for b in t["mv"]["base_tables"]}):
+            try:
+                versions[table] = latest_version(self.settings, table)
+            except (OSError, NotImplementedError) as exc:  # NotImplementedError: a remote warehouse
+                versions[table] = None
+                note = f"lag: cannot read the warehouse: {exc}"
+                if note not in notes:
+                    notes.append(note)
+        loop_errors: dict[str, str | None] = {}
+        if owners[1]:
+            try:
+                loop_errors = self.loop_errors(timeout_s=deadline.remaining())
+            except MvsClientError as exc:
+                notes.append(f"loop errors: {exc}")
+        at_ms = time.time_ns() // 1_000_000
+        return StatusSnapshot(tasks, owners[0], owners[1], loop_errors, versions, notes, at_ms)
+
+    def history_snapshot(
+        self, task_id: str | None, limit: int, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S
+    ) -> HistorySnapshot:
+        """Runs, then the DDL log; a part this principal may not read (or a missing topic) is a note."""
+        deadline = Deadline(timeout_s)
+        runs: list[Record] | None = None
+        ddl: list[Record] | None = None
+        notes: dict[str, str] = {}
+        try:
+            runs = self.history(task_id, limit=limit, timeout_s=deadline.remaining())
+        except (NotAuthorized, TopicNotFound) as exc:
+            notes["runs"] = f"runs: {exc}"
+        try:
+            ddl = self.ddl_history(task_id, limit=limit, timeout_s=deadline.remaining())
+        except (NotAuthorized, TopicNotFound) as exc:
+            notes["ddl"] = f"ddl: {exc}"
+        return HistorySnapshot(task_id, runs, ddl, notes.get("runs"), notes.get("ddl"))
 
     def close(self) -> None:
         if self._producer is not None:

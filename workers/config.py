@@ -26,6 +26,10 @@ in docker compose, or against an existing cluster:
   ``User:admin,User:ops``.
 - ``MVS_ALLOWED_FUNCTIONS``: comma-separated function names an MV query may call beyond the built-in
   allow-list of ``workers.ddl.allowlist`` (e.g. a UDF the operator registered and trusts).
+- ``MVS_API_HOST`` / ``MVS_API_PORT``: where ``mvs serve`` listens (default ``127.0.0.1:8083``,
+  Kafka Connect's port; ``0.0.0.0`` to serve other machines).
+- ``MVS_API_TIMEOUT_S``: how long one REST API request waits for the bus before answering 503
+  (a DDL request: for the coordinator's answer, then 504; default 10).
 """
 
 from __future__ import annotations
@@ -103,6 +107,10 @@ class Settings:
     admin_principals: frozenset[str] = frozenset()
     # Functions an MV query may call beyond the built-in allow-list (lower case), from the operator.
     allowed_functions: tuple[str, ...] = ()
+    # The REST API (`mvs serve`): where it listens, and how long a request waits for the bus.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8083
+    api_timeout_s: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -124,6 +132,9 @@ class Settings:
             owner_rule=_flag(env, "MVS_OWNER_RULE"),
             admin_principals=frozenset(_comma_list(env, "MVS_ADMIN_PRINCIPALS")),
             allowed_functions=allowed_functions_from_env(env),
+            api_host=env.get("MVS_API_HOST", cls.api_host),
+            api_port=int(env.get("MVS_API_PORT", str(cls.api_port))),
+            api_timeout_s=float(env.get("MVS_API_TIMEOUT_S", str(cls.api_timeout_s))),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

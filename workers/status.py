@@ -36,17 +36,30 @@ def _table_versions(versions: dict[str, int]) -> str:
     return ",".join(f"{t}@v{v}" for t, v in sorted(versions.items())) or "-"
 
 
-def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> str:
-    """How many base-table versions the MV is behind (MV logs: '-')."""
-    if task["kind"] != "MV" or task.get("mv") is None or task["state"] == "FAILED":
-        return "-"
+def _has_lag(task: Record) -> bool:
+    return task["kind"] == "MV" and task.get("mv") is not None and task["state"] != "FAILED"
+
+
+def behind_versions(task: Record, latest_version: Callable[[str], int | None]) -> int | None:
+    """How many base-table versions the MV is behind; None for an MV log or a failed MV, and when
+    a base table's version is unknown."""
+    if not _has_lag(task):
+        return None
     behind = 0
     for base in task["mv"]["base_tables"]:
         latest = latest_version(base)
         if latest is None:
-            return "?"
+            return None
         behind += max(0, latest - task["checkpoint"].get(base, -1))
-    return f"{behind}v"
+    return behind
+
+
+def lag_versions(task: Record, latest_version: Callable[[str], int | None]) -> str:
+    """``behind_versions`` as text: ``3v``; ``-`` for MV logs and failed MVs, ``?`` when unknown."""
+    if not _has_lag(task):
+        return "-"
+    behind = behind_versions(task, latest_version)
+    return "?" if behind is None else f"{behind}v"
 
 
 def status_table(
