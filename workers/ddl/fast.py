@@ -324,7 +324,6 @@ def _join_plan(select: exp.Select, first: exp.Table) -> FastRefreshPlan:
     qualifiers = frozenset(t.qualifier for t in tables)
     where = select.args.get("where")
     where_sql = where.this.sql(dialect=DIALECT) if where is not None else None
-    common = {"tables": tuple(tables), "join_keys": tuple(keys), "qualifier": tables[0].qualifier}
     if select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions):
         plan = _aggregate_plan(select, tables[0].table, where_sql, qualifiers)
         by_qualifier = {t.qualifier: t.table for t in tables}
@@ -332,18 +331,20 @@ def _join_plan(select: exp.Select, first: exp.Table) -> FastRefreshPlan:
         inputs = []
         for name in dict.fromkeys([*plan.group_by, *(a.column for a in plan.aggregates if a.column)]):
             node = references[name]
-            table = by_qualifier.get(node.table.lower(), "")
-            inputs.append(JoinInput(name, node.sql(dialect=DIALECT), table, node.name.lower()))
+            owner = by_qualifier.get(node.table.lower(), "")
+            inputs.append(JoinInput(name, node.sql(dialect=DIALECT), owner, node.name.lower()))
         # ``source`` is replaced by the user's own text when the query text is known.
         source = f"FROM {first.sql(dialect=DIALECT)} " + " ".join(
             j.sql(dialect=DIALECT) for j in select.args["joins"]
         )
         if where_sql is not None:
             source += f" WHERE {where_sql}"
-        return replace(plan, kind="join_aggregate", inputs=tuple(inputs), source=source, **common)
-    items = tuple(_projection_item(item, qualifiers) for item in select.expressions)
-    _check_unique(items)
-    return FastRefreshPlan("join_projection", tables[0].table, (), items, (), where_sql, **common)
+        plan = replace(plan, kind="join_aggregate", inputs=tuple(inputs), source=source)
+    else:
+        items = tuple(_projection_item(item, qualifiers) for item in select.expressions)
+        _check_unique(items)
+        plan = FastRefreshPlan("join_projection", tables[0].table, (), items, (), where_sql)
+    return replace(plan, qualifier=tables[0].qualifier, tables=tuple(tables), join_keys=tuple(keys))
 
 
 def _check_join_kind(join: exp.Join) -> None:
