@@ -34,13 +34,13 @@ AGGREGATE = (
 )
 
 
-@pytest.fixture(autouse=True, params=["keys as a filter", "keys by semi-join", "frames on the executors"])
+@pytest.fixture(autouse=True, params=["keys as a filter", "keys by semi-join, frames on the executors"])
 def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test three ways: the change rows' join keys pushed into the other side's read as values,
-    or as a semi-join (past ``KEY_FILTER_LIMIT``), and the small frames kept off the driver."""
-    if request.param == "keys by semi-join":
+    """Every test two ways: the change rows' join keys pushed into the other side's read as values,
+    the small frames held on the driver; and (as for a large change set) the keys as a semi-join
+    (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors."""
+    if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
-    if request.param == "frames on the executors":
         monkeypatch.setattr(incremental_apply, "DRIVER_ROWS_LIMIT", 0)
     return str(request.param)
 
