@@ -58,9 +58,9 @@ def join_change(
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     deltas = {b: scope.in_memory(mvlog.read_changes(session, settings, b, *ranges[b])) for b in changed}
-    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
+    path = warehouse.table_path(settings, request.mv_name)
     if plan.kind == "join_aggregate":
-        return _aggregate(scope, request, plan, deltas, old, new, mv)
+        return _aggregate(scope, request, plan, deltas, old, new, session.read.format("delta").load(path))
     query = request.query
 
     def rows(tables: Tables) -> DataFrame:
@@ -76,6 +76,7 @@ def join_change(
         _terms(plan, deltas, old, new, apply.DELETE_TYPES, rows),
     )
     counted = reduce(DataFrame.unionByName, [d.select("_change_type") for d in deltas.values()])
+    mv = session.read.format("delta").load(path)  # the snapshot MERGE will use (as for one base)
     return apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs)
 
 
