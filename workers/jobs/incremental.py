@@ -160,9 +160,7 @@ def _range(
             f"complete: the MV log on {base} starts at v{log.start_version}, after the MV's v{since}"
         )
     if log.retained_from > since + 1:
-        raise FastRefreshNotPossible(
-            f"complete: change data of {base} before v{log.retained_from} was purged"
-        )
+        raise FastRefreshNotPossible(f"complete: change data before v{log.retained_from} was purged")
     return since, until
 
 
