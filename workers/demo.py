@@ -1,9 +1,10 @@
 """The live demo: one command, everything real, stopped cleanly at the end.
 
-Starts the embedded Kafka broker, applies the topics, creates a sample Delta table `sales`,
-starts one coordinator and two worker processes, creates an MV log and two MVs through the same
-path a user takes (`mvs sql`), appends data a few times and shows the MVs catching up in a live
-status table, then checks each MV against its query and stops everything.
+Starts the embedded Kafka broker, applies the topics, creates sample Delta tables `sales` and
+`regions`, starts one coordinator and two worker processes, creates MV logs and three MVs through the
+same path a user takes (`mvs sql`) — one of them a FAST join of both tables — appends data a few times
+(and changes a region's manager once) and shows the MVs catching up in a live status table, then
+checks each MV against its query, shows how the join MV was refreshed, and stops everything.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ from workers.status import status_table
 from workers.warehouse import latest_version
 
 REGIONS = ["north", "south", "east", "west"]
+MANAGERS = {"north": "ann", "south": "bob", "east": "cy", "west": "di"}
+JOIN_QUERY = (
+    "SELECT s.id, s.amount, r.manager FROM sales s JOIN regions r ON s.region = r.region "
+    "WHERE s.amount >= 150"
+)
 STATEMENTS = [
     "CREATE MATERIALIZED VIEW LOG ON sales PURGE EVERY 10 SECONDS",
+    "CREATE MATERIALIZED VIEW LOG ON regions PURGE EVERY 10 SECONDS",
     "CREATE MATERIALIZED VIEW sales_by_region REFRESH COMPLETE EVERY 5 SECONDS AS "
     "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region",
     "CREATE MATERIALIZED VIEW big_sales REFRESH FAST ON CHANGE AS "
     "SELECT id, region, amount FROM sales WHERE amount >= 100",
+    f"CREATE MATERIALIZED VIEW top_sales_by_manager REFRESH FAST ON CHANGE AS {JOIN_QUERY}",
 ]
 BAD_STATEMENTS = [
     # refused by the parser before anything is published
@@ -42,7 +50,9 @@ BAD_STATEMENTS = [
 QUERIES = {
     "sales_by_region": "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region",
     "big_sales": "SELECT id, region, amount FROM sales WHERE amount >= 100",
+    "top_sales_by_manager": JOIN_QUERY,
 }
+BASES = {"sales_by_region": ("sales",), "big_sales": ("sales",), "top_sales_by_manager": ("sales", "regions")}
 
 
 def _rows(start_id: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -69,8 +79,11 @@ def _spawn(role: str, env: dict[str, str], log_dir: Path) -> subprocess.Popen[by
 
 def _caught_up(client: MvsClient, settings: Settings) -> tuple[bool, dict[str, Any]]:
     tasks = client.tasks()
-    latest = latest_version(settings, "sales")
-    done = all(tasks.get(f"mv:{name}", {}).get("checkpoint", {}).get("sales") == latest for name in QUERIES)
+    done = all(
+        tasks.get(f"mv:{name}", {}).get("checkpoint", {}).get(base) == latest_version(settings, base)
+        for name, bases in BASES.items()
+        for base in bases
+    )
     return done, tasks
 
 
@@ -104,13 +117,15 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         print(apply_topics(settings))
         _say("starting 1 coordinator and 2 workers (logs in .cache/demo/)")
         processes = [_spawn(role, env, demo_dir) for role in ("coordinator", "worker-1", "worker-2")]
-        _say("creating the base table `sales` (Delta) with Spark")
+        _say("creating the base tables `sales` and `regions` (Delta) with Spark")
         from workers.jobs.session import get_spark
         from workers.jobs.tables import append, create_table, read_table
 
         spark = get_spark(settings)
         rng = random.Random(7)
         create_table(spark, settings, "sales", _rows(0, 20, rng), "id BIGINT, region STRING, amount BIGINT")
+        managers = [{"region": r, "manager": m} for r, m in MANAGERS.items()]
+        create_table(spark, settings, "regions", managers, "region STRING, manager STRING")
         next_id = 20
         client = MvsClient(settings, issued_by="demo")
         for statement in [*STATEMENTS, *BAD_STATEMENTS]:
@@ -132,6 +147,9 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
                 _say(f"round {round_no}: appending 10 rows to sales")
                 append(spark, settings, "sales", _rows(next_id, 10, rng))
                 next_id += 10
+            if round_no == 2:  # the other side of the join changes too
+                print("   and a new manager for the north region")
+                spark.sql(f"UPDATE delta.`{warehouse}/regions` SET manager = 'eve' WHERE region = 'north'")
             deadline = time.monotonic() + timeout_s
             while True:
                 done, tasks = _caught_up(client, settings)
@@ -143,18 +161,23 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
                     return 1
                 time.sleep(1.0)
                 print()
-            print(f"-- both MVs reflect sales@v{latest_version(settings, 'sales')}")
-        _say("checking every MV against its query over the base table")
+            versions = ", ".join(f"{b}@v{latest_version(settings, b)}" for b in ("sales", "regions"))
+            print(f"-- every MV reflects {versions}")
+        _say("checking every MV against its query over the base tables")
         ok = True
+        oracle = spark.newSession()  # its temp views `sales` and `regions` are the tables now
+        for base in ("sales", "regions"):
+            oracle.read.format("delta").load(f"{warehouse}/{base}").createTempView(base)
         for name, query in QUERIES.items():
-            expected = sorted(
-                tuple(row)
-                for row in spark.sql(query.replace("FROM sales", f"FROM delta.`{warehouse}/sales`")).collect()
-            )
+            expected = sorted(tuple(row) for row in oracle.sql(query).collect())
             actual = sorted(tuple(row.values()) for row in read_table(spark, settings, name))
             ok &= expected == actual
             verdict = "equal to" if expected == actual else "DIFFERENT FROM"
             print(f"{name}: {len(actual)} rows, {verdict} its query")
+        _say("how the FAST join MV was refreshed, run by run")
+        for run in client.history("mv:top_sales_by_manager"):
+            if run["state"] == "COMPLETED":
+                print(f"   {run['message']}")
         _say("run history (last 8)")
         from workers.status import history_table
 

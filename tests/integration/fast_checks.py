@@ -1,8 +1,8 @@
-"""The Spark side of the FAST property tests: one base table with its MV log and MVs, driven through
+"""The Spark side of the FAST property tests: base tables with their MV logs and MVs, driven through
 the real jobs (``refresh_complete`` for the first build, ``refresh_incremental`` after every round of
 commits, ``mvlog.purge`` in between), and the oracle every refresh is checked against.
 
-The oracle: the MV must hold exactly the multiset of rows that its query returns over the base
+The oracle: the MV must hold exactly the multiset of rows that its query returns over the bases
 ``VERSION AS OF`` the watermark in the MV's own Delta commit metadata, in the query's columns and
 types (doubles equal within 1e-9 relative; see ``same_value``).
 """
@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tests.integration.fast_shapes import SCHEMA, BaseModel, Commit, Insert, Op, Purge, Shape
+from tests.integration.fast_shapes import SCHEMA, BaseModel, Commit, Insert, On, Op, Purge, Shape
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
@@ -56,26 +56,33 @@ def multiset_difference(got: Sequence[tuple[Any, ...]], want: Sequence[tuple[Any
 
 
 class Scenario:
-    """One base table (a unique name per example), its MV log, and one MV per shape on it."""
+    """Base tables (unique names per example; as many as the shapes read), their MV logs, and one MV per
+    shape on them (every shape reads all of them)."""
 
     def __init__(self, spark: Any, settings: Settings, shapes: Sequence[Shape]) -> None:
         self.spark, self.settings = spark, settings
-        self.base = f"p{uuid.uuid4().hex[:12]}"
-        self.mvs = {f"{self.base}_mv{i}": shape.sql(self.base) for i, shape in enumerate(shapes)}
+        prefix = f"p{uuid.uuid4().hex[:12]}"
+        count = max(shape.bases for shape in shapes)
+        self.bases = [prefix] if count == 1 else [f"{prefix}_{i}" for i in range(count)]
+        self.mvs = {f"{prefix}_mv{i}": shape.sql(*self.bases) for i, shape in enumerate(shapes)}
         self.kinds = {name: shape.kind for name, shape in zip(self.mvs, shapes, strict=True)}
-        self.model = BaseModel()
-        self.oracle = spark.newSession()  # its temp view named like the base is the base at a version
+        self.models = [BaseModel() for _ in self.bases]
+        self.oracle = spark.newSession()  # its temp views named like the bases are them at a version
         self.refreshes = 0
         self.log: list[str] = []  # what happened, for the failure message
 
     # ------------------------------------------------------------------------------------- lifecycle
 
-    def create(self, initial: Insert) -> None:
-        """The base with its first rows, its MV log, and a COMPLETE first build of every MV."""
-        commit = self.model.commit_for(initial)
-        assert commit is not None
-        tables.create_table(self.spark, self.settings, self.base, list(commit.rows), SCHEMA)
-        mvlog.create_mv_log(self.spark, self.settings, self.base)
+    def create(self, initial: Insert, others: Sequence[Insert] = ()) -> None:
+        """The bases with their first rows (base 0's, then ``others``), their MV logs, and a COMPLETE
+        first build of every MV."""
+        firsts = [initial, *others]
+        assert len(firsts) == len(self.bases), (len(firsts), self.bases)
+        for base, model, first in zip(self.bases, self.models, firsts, strict=True):
+            commit = model.commit_for(first)
+            assert commit is not None
+            tables.create_table(self.spark, self.settings, base, list(commit.rows), SCHEMA)
+            mvlog.create_mv_log(self.spark, self.settings, base)
         for mv, query in self.mvs.items():
             request = run_request(self.settings, mv, query, run="c0")
             plan = request.plan.fast_refresh
@@ -84,36 +91,40 @@ class Scenario:
             self.check(mv)
 
     def drop(self) -> None:
-        self.oracle.catalog.dropTempView(self.base)
-        for name in [*self.mvs, warehouse.mlog_table_name(self.base), self.base]:
+        logs = [warehouse.mlog_table_name(base) for base in self.bases]
+        for base in self.bases:
+            self.oracle.catalog.dropTempView(base)
+        for name in [*self.mvs, *logs, *self.bases]:
             shutil.rmtree(warehouse.local_table_dir(self.settings, name), ignore_errors=True)
             deltalog.forget_table(self.settings, name)
 
     # ----------------------------------------------------------------------------------- the changes
 
-    def apply(self, op: Op) -> None:
+    def apply(self, step: Op | On) -> None:
+        index, op = (step.base, step.op) if isinstance(step, On) else (0, step)
+        base = self.bases[index]
         if isinstance(op, Purge):
-            self._purge()
+            self._purge(base)
             return
-        commit = self.model.commit_for(op)
+        commit = self.models[index].commit_for(op)
         assert commit is not None
-        self._commit(commit)
-        self.log.append(f"{op} -> base v{self.latest()}")
+        self._commit(base, commit)
+        self.log.append(f"{op} -> {base} v{self.latest(base)}")
 
-    def _commit(self, commit: Commit) -> None:
+    def _commit(self, base: str, commit: Commit) -> None:
         if commit.statement is None:
-            tables.append(self.spark, self.settings, self.base, list(commit.rows))
+            tables.append(self.spark, self.settings, base, list(commit.rows))
             return
-        path = warehouse.table_path(self.settings, self.base)
+        path = warehouse.table_path(self.settings, base)
         self.spark.sql(commit.statement.format(t=f"delta.`{path}`"))
 
-    def _purge(self) -> None:
+    def _purge(self, base: str) -> None:
         """What the purge task does: the safepoint is the lowest watermark of the MVs on the base."""
-        safepoint = min(self.watermark(mv) for mv in self.mvs)
-        result = mvlog.purge(self.spark, self.settings, self.base, safepoint=safepoint)
-        retained = mvlog.retained_from(self.spark, self.settings, self.base)
+        safepoint = min(self.watermark(mv)[base] for mv in self.mvs)
+        result = mvlog.purge(self.spark, self.settings, base, safepoint=safepoint)
+        retained = mvlog.retained_from(self.spark, self.settings, base)
         assert retained is not None and retained <= safepoint + 1, (safepoint, retained)
-        self.log.append(f"purge below v{safepoint}: {result.message}")
+        self.log.append(f"purge {base} below v{safepoint}: {result.message}")
 
     # ------------------------------------------------------------------------------ refresh and check
 
@@ -123,27 +134,28 @@ class Scenario:
         for mv, query in self.mvs.items():
             before = self.watermark(mv)
             request = run_request(self.settings, mv, query, mode="FAST", run=f"f{self.refreshes}")
-            pinned = request.pinned[self.base]
+            pinned = dict(request.pinned)
             try:
                 result = incremental.refresh_incremental(self.spark, self.settings, request)
             except incremental.FastRefreshNotPossible as why:
                 raise AssertionError(f"{mv}: FAST refresh refused: {why.reason}\n{self.story(mv)}") from why
-            if pinned > before:  # something to do: it must have been done incrementally
+            if pinned != before:  # something to do: it must have been done incrementally
                 assert result.applied, f"{mv}: {result.message}\n{self.story(mv)}"
                 assert result.message.startswith("incremental:"), f"{mv}: {result.message}"
-                assert result.watermark_after == {self.base: pinned}, result
+                assert result.watermark_after == pinned, result
             else:  # nothing committed since: the same watermark again is skipped
                 assert not result.applied and result.message.startswith("skipped"), result.message
             assert self.watermark(mv) == pinned, (mv, self.watermark(mv), pinned)
-            self.log.append(f"refresh {mv} v{before} -> v{pinned}: {result.message}")
+            self.log.append(f"refresh {mv} {before} -> {pinned}: {result.message}")
             self.check(mv)
 
     def check(self, mv: str) -> None:
-        """The MV holds exactly what its query returns over the base at the MV's watermark."""
-        version = self.watermark(mv)
-        path = warehouse.table_path(self.settings, self.base)
-        at_watermark = self.oracle.read.format("delta").option("versionAsOf", version).load(path)
-        at_watermark.createOrReplaceTempView(self.base)
+        """The MV holds exactly what its query returns over the bases at the MV's watermark."""
+        watermark = self.watermark(mv)
+        for base, version in watermark.items():
+            path = warehouse.table_path(self.settings, base)
+            at_watermark = self.oracle.read.format("delta").option("versionAsOf", version).load(path)
+            at_watermark.createOrReplaceTempView(base)
         expected = self.oracle.sql(self.mvs[mv])
         table = self.spark.read.format("delta").load(warehouse.table_path(self.settings, mv))
         columns = [(f.name, f.dataType.simpleString()) for f in table.schema.fields]
@@ -152,15 +164,15 @@ class Scenario:
         got = [tuple(r) for r in table.collect()]
         want = [tuple(r) for r in expected.collect()]
         difference = multiset_difference(got, want)
-        assert difference is None, f"{mv} at base v{version}: {difference}\n{self.story(mv)}"
+        assert difference is None, f"{mv} at {watermark}: {difference}\n{self.story(mv)}"
 
-    def watermark(self, mv: str) -> int:
+    def watermark(self, mv: str) -> dict[str, int]:
         found = refresh.read_watermark(self.spark, self.settings, mv)
-        assert found is not None and set(found.watermark) == {self.base}, (mv, found)
-        return found.watermark[self.base]
+        assert found is not None and set(found.watermark) == set(self.bases), (mv, found)
+        return dict(found.watermark)
 
-    def latest(self) -> int:
-        version = warehouse.latest_version(self.settings, self.base)
+    def latest(self, base: str) -> int:
+        version = warehouse.latest_version(self.settings, base)
         assert version is not None
         return version
 

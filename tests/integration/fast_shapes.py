@@ -5,18 +5,19 @@ table that turns each operation into one Delta commit (SQL text or rows to appen
 aims the operations (which ids hold the current MIN, which rows exist); the tests never trust it for
 the expected MV content — that is always the query run by Spark over the base at the MV's watermark.
 
-Shapes are the ones FAST supports today, all over one base table:
+Shapes are the ones FAST supports today:
 
 * projection/filter: ``SELECT <columns/expressions> FROM t [WHERE p]`` (without ``id`` the MV holds
   duplicate rows);
 * aggregate: ``SELECT <keys and aggregates, any order> FROM t [WHERE p] [GROUP BY k1 | k2 | k1, k2]``
   with COUNT(*), COUNT(1), COUNT(col), SUM, AVG, MIN, MAX over NULL-able BIGINT, DECIMAL, DOUBLE (and
-  a STRING for MIN/MAX).
+  a STRING for MIN/MAX);
+* either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
+  a.k1 = b.k1 …``; ``Shape.bases`` > 1): keys with NULLs and few values, so rows join many-to-many
+  and NULL keys are always there to (not) match. Their streams name the base of each operation
+  (``On``), one model per base.
 
-Joins and UNION ALL (issue 10, item 2) are not FAST-eligible yet. To add them: a ``Shape`` gets the
-base tables it reads (``bases``), its template one ``{t0}``, ``{t1}``… per base, and the change
-stream one model per base (an operation then names its base); ``fast_checks.Scenario`` already
-keeps watermarks and runs its oracle as maps from base to version.
+UNION ALL (issue 10, item 2) is not FAST-eligible yet.
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ K1 = DOMAINS["k1"]
 
 @dataclass(frozen=True)
 class Shape:
-    """One MV query; ``template`` reads the base table as ``{t}``."""
+    """One MV query; ``template`` reads its base table as ``{t}``, or its ``bases`` as ``{t0}``, ``{t1}``…"""
 
-    kind: str  # projection | aggregate (the FastRefreshPlan kind it must get)
+    kind: str  # projection | aggregate | join_projection | join_aggregate (the FastRefreshPlan kind)
     template: str
+    bases: int = 1
 
-    def sql(self, base: str) -> str:
-        return self.template.format(t=base)
+    def sql(self, *bases: str) -> str:
+        return self.template.format(t=bases[0], **{f"t{i}": base for i, base in enumerate(bases)})
 
 
 # Filters, with ``{q}`` for the optional table alias qualifier ("s." or "").
@@ -130,6 +132,73 @@ def aggregates(draw: st.DrawFn) -> Shape:
 
 
 SHAPES: st.SearchStrategy[Shape] = st.one_of(projections(), aggregates())
+
+# Joins: every base has SCHEMA; ``a``/``b``/``c`` are {t0}/{t1}/{t2}.
+JOINS = {
+    2: (
+        "{t0} a JOIN {t1} b ON a.k1 = b.k1",
+        "{t0} a JOIN {t1} b ON a.k2 = b.k2 AND b.k1 = a.k1",
+        "{t0} a INNER JOIN {t1} b USING (k2)",
+    ),
+    3: (
+        "{t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2",
+        "{t0} a JOIN {t1} b ON a.k2 = b.k2 JOIN {t2} c ON c.k1 = a.k1",
+    ),
+}
+JOIN_FILTERS = (None, "a.v > b.v", "b.k2 = 1 OR a.x >= 0", "a.d IS NOT NULL AND b.v IS NOT NULL")
+JOIN_PROJECTED = (
+    "a.id",
+    "b.id AS b_id",
+    "a.k1",
+    "b.k2",
+    "a.v",
+    "b.d",
+    "a.x + b.x AS xx",
+    "coalesce(b.k1, 'none') AS bk1",
+)
+# Group keys (as selected: ``a.k2`` is renamed, else two columns would be named k2).
+JOIN_KEYS = {"a.k1": "a.k1", "b.k2": "b.k2", "a.k2": "a.k2 AS ak2", "b.k1": "b.k1 AS bk1"}
+JOIN_GROUPINGS: tuple[tuple[str, ...], ...] = ((), ("b.k2",), ("a.k1",), ("a.k2", "b.k2"), ("b.k1",))
+JOIN_AGGREGATES = (
+    "COUNT(*) AS n",
+    "COUNT(b.v) AS n_bv",
+    "SUM(a.v) AS s_v",
+    "SUM(b.d) AS s_d",
+    "SUM(a.x) AS s_x",
+    "AVG(b.v) AS a_bv",
+    "MIN(a.v) AS lo_v",
+    "MAX(b.x) AS hi_bx",
+    "MIN(b.d) AS lo_d",
+)
+
+
+def _join_query(items: list[str], source: str, where: str | None, group_by: tuple[str, ...] = ()) -> str:
+    text = f"SELECT {', '.join(items)} FROM {source}"
+    if where is not None:
+        text += f" WHERE {where}"
+    if group_by:
+        text += " GROUP BY " + ", ".join(group_by)
+    return text
+
+
+def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
+    """Projections and aggregates over a join of ``bases`` tables."""
+
+    @st.composite
+    def projection(draw: st.DrawFn) -> Shape:
+        items = draw(st.lists(st.sampled_from(JOIN_PROJECTED), min_size=1, max_size=4, unique=True))
+        source, where = draw(st.sampled_from(JOINS[bases])), draw(st.sampled_from(JOIN_FILTERS))
+        return Shape("join_projection", _join_query(items, source, where), bases)
+
+    @st.composite
+    def aggregate(draw: st.DrawFn) -> Shape:
+        group_by = draw(st.sampled_from(JOIN_GROUPINGS))
+        chosen = draw(st.lists(st.sampled_from(JOIN_AGGREGATES), min_size=1, max_size=4, unique=True))
+        items = draw(st.permutations([*(JOIN_KEYS[k] for k in group_by), *chosen]))
+        source, where = draw(st.sampled_from(JOINS[bases])), draw(st.sampled_from(JOIN_FILTERS))
+        return Shape("join_aggregate", _join_query(items, source, where, group_by), bases)
+
+    return st.one_of(projection(), aggregate())
 
 
 # ------------------------------------------------------------------------------------ change streams
@@ -205,11 +274,21 @@ Op = Insert | Delete | DeleteGroup | DeleteExtreme | Update | MoveGroup | Bump |
 
 
 @dataclass(frozen=True)
+class On:
+    """``op`` on base number ``base`` (``{t0}``, ``{t1}``…); a bare operation is on base 0."""
+
+    base: int
+    op: Op
+
+
+@dataclass(frozen=True)
 class Stream:
-    """The base's first rows, then rounds: each round is some operations, then every MV refreshes."""
+    """The bases' first rows (base 0's, then ``others``), then rounds: each round is some operations,
+    then every MV refreshes."""
 
     initial: Insert
-    rounds: tuple[tuple[Op, ...], ...]
+    rounds: tuple[tuple[Op | On, ...], ...]
+    others: tuple[Insert, ...] = ()
 
 
 def _updates(draw: st.DrawFn) -> tuple[tuple[str, Any], ...]:
@@ -238,11 +317,15 @@ OPS: st.SearchStrategy[Op] = st.one_of(
 )
 
 
-def streams(max_rounds: int) -> st.SearchStrategy[Stream]:
-    """Up to 8 first rows, then 1..``max_rounds`` rounds of 1..5 operations."""
-    first = st.builds(Insert, st.lists(VALUES, max_size=8).map(tuple), st.lists(PICK, max_size=2).map(tuple))
-    rounds = st.lists(st.lists(OPS, min_size=1, max_size=5).map(tuple), min_size=1, max_size=max_rounds)
-    return st.builds(Stream, first, rounds.map(tuple))
+FIRST = st.builds(Insert, st.lists(VALUES, max_size=8).map(tuple), st.lists(PICK, max_size=2).map(tuple))
+
+
+def streams(max_rounds: int, bases: int = 1) -> st.SearchStrategy[Stream]:
+    """Up to 8 first rows per base, then 1..``max_rounds`` rounds of 1..5 operations (on any base)."""
+    ops: st.SearchStrategy[Op | On] = OPS if bases == 1 else st.builds(On, st.integers(0, bases - 1), OPS)
+    rounds = st.lists(st.lists(ops, min_size=1, max_size=5).map(tuple), min_size=1, max_size=max_rounds)
+    others = st.tuples(*[FIRST] * (bases - 1))
+    return st.builds(Stream, FIRST, rounds.map(tuple), others)
 
 
 # ------------------------------------------------------------------------------------ the base model

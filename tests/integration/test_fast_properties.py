@@ -9,12 +9,17 @@ refresh, through the real jobs on real Spark and Delta (``fast_checks``), each M
 the multiset its query returns over the base ``VERSION AS OF`` the MV's watermark (doubles within
 1e-9 relative), and the run must have been incremental.
 
-Default (``ci`` profile, derandomized): the explicit example plus three generated ones, ~85-100 s.
+The same over inner equi-joins of two or three bases (projections and aggregates over ``{t0} a JOIN
+{t1} b ON a.k1 = b.k1 …``): random change streams on every base, both sides changing between two
+refreshes, many-to-many keys, NULL keys that must never match, purges of any base's log.
+
+Default (``ci`` profile, derandomized): per property the explicit example plus a few generated ones
+(three over one table, one over a join), ~3 min on a loaded 2-core machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
 
-Joins and UNION ALL are not FAST-eligible yet: see ``fast_shapes`` for where their shapes go.
+UNION ALL is not FAST-eligible yet: see ``fast_shapes`` for where shapes go.
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ from tests.integration.fast_shapes import (
     DeleteGroup,
     Insert,
     MoveGroup,
+    On,
     Purge,
     Shape,
     Stream,
     Update,
+    join_shapes,
     streams,
 )
 from workers.config import Settings
@@ -52,8 +59,11 @@ pytestmark = pytest.mark.integration
 # example, rounds per stream) than any other profile's (long: its own count, bigger examples).
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 CI_EXAMPLES = 3
+CI_JOIN_EXAMPLES = 1
 EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
+JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
 MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
+MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +75,7 @@ def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stream) -> None:
     scenario = Scenario(spark, settings, shapes)
     try:
-        scenario.create(stream.initial)
+        scenario.create(stream.initial, stream.others)
         for ops in stream.rounds:
             for op in ops:
                 scenario.apply(op)
@@ -152,3 +162,69 @@ def test_the_comparison_sees_a_lost_duplicate_a_null_and_float_drift() -> None:
     assert multiset_difference(rows, [*rows[:2], (None, None, 0.0)]) is not None  # NULL vs 0
     assert multiset_difference(rows, [("a", 1, 0.3 + 1e-6), *rows[1:]]) is not None
     assert multiset_difference([(Decimal("1.25"),)], [(Decimal("1.26"),)]) is not None
+
+
+# Joins: both sides in one range, a join key moved, NULL keys, a many-to-many key, a side emptied and
+# refilled, a purge of each log.
+JOINED = Stream(
+    Insert(
+        (("a", 0, 5, Decimal("1.25"), 0.1), ("a", 1, 2, None, 2 / 3), (None, 1, 3, Decimal("0.00"), None)),
+        (0,),
+    ),
+    (
+        (
+            On(1, Insert((("a", 1, 4, Decimal("3.10"), -1.5), (None, 0, 1, None, 1000.0)))),
+            On(0, Update(0, (("k1", "b"),))),  # a row moves to another join partner (or none)
+            On(2, Insert((("c", 1, 7, Decimal("99.99"), 0.25),))),
+            On(1, DeleteExtreme("MIN", "v", "a")),
+            On(0, Insert((("b", 0, -4, Decimal("-2.50"), 0.1),), (1,))),
+            On(0, Purge()),
+        ),
+        (
+            On(1, MoveGroup("a", "b")),
+            On(2, Bump(1, 2)),
+            On(0, DeleteGroup("a")),
+            On(1, DeleteAll()),
+            On(1, Insert((("b", 1, 6, Decimal("1.25"), 2 / 3), ("b", None, 2, None, None)))),
+            On(1, Purge()),
+            On(2, Delete(0)),
+        ),
+    ),
+    others=(
+        Insert((("a", 0, 1, Decimal("1.25"), 0.25), ("a", 1, 8, None, -7.75), (None, 1, 2, None, 0.0)), (1,)),
+        Insert((("a", 0, 2, None, 0.1), ("b", 1, 3, Decimal("3.10"), None), (None, None, 5, None, 2 / 3))),
+    ),
+)
+JOINED_SHAPES = [
+    Shape(
+        "join_aggregate",
+        "SELECT b.k2, COUNT(*) AS n, SUM(a.v) AS s_v, AVG(b.v) AS a_bv, MIN(a.v) AS lo_v, SUM(a.x) AS s_x, "
+        "MAX(c.d) AS hi_cd FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2 "
+        "WHERE a.v IS NOT NULL GROUP BY b.k2",
+        3,
+    ),
+    Shape(
+        "join_projection",
+        "SELECT a.id, b.v, c.x + a.x AS xx FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON c.k2 = b.k2",
+        3,
+    ),
+]
+
+
+@settings(
+    max_examples=JOIN_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(case=(JOINED_SHAPES, JOINED))
+@given(
+    case=st.sampled_from([2, 3]).flatmap(
+        lambda bases: st.tuples(
+            st.lists(join_shapes(bases), min_size=1, max_size=MAX_JOIN_MVS), streams(MAX_JOIN_ROUNDS, bases)
+        )
+    )
+)
+def test_fast_refresh_of_a_join_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
+) -> None:
+    shapes, stream = case
+    run_stream(spark, warehouse_settings, shapes, stream)

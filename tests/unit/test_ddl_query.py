@@ -11,7 +11,10 @@ from workers.ddl import (
     InvalidQueryError,
     SelectItem,
     analyze_query,
+    plan_from_record,
+    plan_record,
 )
+from workers.ddl.plan import JoinInput, JoinKey, JoinTable
 
 # -- validation -------------------------------------------------------------------------------------
 
@@ -209,11 +212,111 @@ def test_global_aggregate_and_count_one() -> None:
     assert not plan.needs_recompute_on_delete
 
 
+def test_join_projection_plan() -> None:
+    plan = analyze_query(
+        "SELECT o.id, C.Name, o.amount * 2 AS doubled, region FROM orders o JOIN customers c "
+        "ON o.customer_id = c.id AND o.shop = c.shop JOIN regions USING (region) WHERE c.active"
+    ).fast_refresh
+    assert plan is not None
+    assert (plan.kind, plan.base_table, plan.qualifier, plan.where) == (
+        "join_projection",
+        "orders",
+        "o",
+        "c.active",
+    )
+    assert plan.base_tables == ("orders", "customers", "regions")
+    assert plan.tables == (
+        JoinTable("orders", "o"),
+        JoinTable("customers", "c"),
+        JoinTable("regions", "regions"),
+    )
+    # USING after the second table names no table (Spark resolves it): no key to narrow reads by.
+    assert plan.join_keys == (
+        JoinKey("orders", "customer_id", "customers", "id"),
+        JoinKey("orders", "shop", "customers", "shop"),
+    )
+    assert [(i.name, i.column) for i in plan.items] == [
+        ("id", "o.id"),
+        ("name", "c.name"),
+        ("doubled", None),
+        ("region", "region"),
+    ]
+    assert plan.inputs == () and plan.source is None
+
+
+def test_join_aggregate_plan_keeps_the_users_from_and_where_text() -> None:
+    sql = (
+        "(SELECT c.region, count(*) AS n, sum(o.amount) AS total, min(amount) AS lo FROM orders o "
+        "INNER JOIN customers c ON o.customer_id = c.id WHERE extract(YEAR FROM o.day) > 2020 "
+        "GROUP BY c.region)"
+    )
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None and plan.kind == "join_aggregate"
+    assert plan.group_by == ("c.region",)
+    assert plan.items[0] == SelectItem("region", "c.region", "c.region")
+    assert plan.aggregates == (
+        AggregateItem("COUNT", None, "n", False),
+        AggregateItem("SUM", "o.amount", "total", False),
+        AggregateItem("MIN", "amount", "lo", True),
+    )
+    assert plan.inputs == (
+        JoinInput("c.region", "c.region", "customers", "region"),
+        JoinInput("o.amount", "o.amount", "orders", "amount"),
+        JoinInput("amount", "amount", "", "amount"),  # unqualified: Spark knows its table
+    )
+    assert plan.source == (
+        "FROM orders o INNER JOIN customers c ON o.customer_id = c.id WHERE extract(YEAR FROM o.day) > 2020"
+    )
+    assert plan_from_record(plan_record(analyze_query(sql).plan)).fast_refresh == plan
+
+
+def test_a_join_plan_is_no_plan_for_a_worker_that_knows_only_one_table() -> None:
+    """A join kind is new: an older worker (which knows only projection/aggregate) recomputes it."""
+    record = plan_record(analyze_query("SELECT t.a FROM t JOIN u USING (k)").plan)
+    assert record["fast_refresh"]["kind"] == "join_projection"
+    assert record["fast_refresh"]["tables"] == [
+        {"table": "t", "qualifier": "t"},
+        {"table": "u", "qualifier": "u"},
+    ]
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [
-        ("SELECT a FROM t JOIN u ON t.k = u.k", "joins are not supported"),
-        ("SELECT a FROM t, u", "joins are not supported"),
+        ("SELECT a FROM t LEFT JOIN u ON t.k = u.k", "outer joins (LEFT JOIN) are not supported; only inner"),
+        ("SELECT a FROM t FULL OUTER JOIN u ON t.k = u.k", "outer joins (FULL JOIN) are not supported"),
+        ("SELECT a FROM t LEFT ANTI JOIN u ON t.k = u.k", "LEFT ANTI joins are not supported"),
+        ("SELECT a FROM t, u", "cross joins (CROSS JOIN, FROM a, b, JOIN without ON) are not supported"),
+        ("SELECT a FROM t CROSS JOIN u", "cross joins"),
+        ("SELECT a FROM t JOIN u", "cross joins"),
+        (
+            "SELECT a FROM t NATURAL JOIN u",
+            "NATURAL joins are not supported; name the join columns with USING",
+        ),
+        ("SELECT a FROM t JOIN u ON t.k < u.k", "join condition t.k < u.k is not an equality of columns"),
+        (
+            "SELECT a FROM t JOIN u ON t.k = u.k OR t.j = u.j",
+            "is not an equality of columns; move it to WHERE",
+        ),
+        ("SELECT a FROM t JOIN u ON t.k = u.k AND u.x > 1", "join condition u.x > 1 is not an equality"),
+        ("SELECT a FROM t JOIN u ON t.k = u.k + 1", "is not an equality of columns"),
+        ("SELECT a FROM t JOIN u ON t.k <=> u.k", "matches NULL keys; use ="),
+        (
+            "SELECT a FROM t JOIN u ON k = j",
+            "qualify the columns of the join condition k = j with their tables",
+        ),
+        ("SELECT a FROM t JOIN u ON t.k = t.j", "compares two columns of one table; move it to WHERE"),
+        (
+            "SELECT a FROM t JOIN u ON t.k = u.k JOIN v ON t.j = u.j",
+            "the condition of the join with v does not name it",
+        ),
+        ("SELECT a FROM t JOIN t x ON t.k = x.k", "it reads t twice (a self-join)"),
+        ("SELECT a FROM t JOIN u t ON t.k = t.j", "two tables are read by the same name t"),
+        ("SELECT a FROM t JOIN (SELECT k FROM u) x ON t.k = x.k", "subqueries are not supported"),
+        (
+            "SELECT t.a, u.b, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.a",
+            "column u.b is neither grouped",
+        ),
         (
             "SELECT a FROM t UNION ALL SELECT a FROM u",
             "set operations (UNION, INTERSECT, EXCEPT) are not supported",

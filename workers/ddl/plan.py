@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-FastKind = Literal["projection", "aggregate"]
-FAST_KINDS: tuple[FastKind, ...] = ("projection", "aggregate")
+FastKind = Literal["projection", "aggregate", "join_projection", "join_aggregate"]
+FAST_KINDS: tuple[FastKind, ...] = ("projection", "aggregate", "join_projection", "join_aggregate")
+# Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
+JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,35 @@ class AggregateItem:
 
 
 @dataclass(frozen=True)
+class JoinTable:
+    """A base table of a join, and the name the query reads it by (alias, else name)."""
+
+    table: str
+    qualifier: str
+
+
+@dataclass(frozen=True)
+class JoinKey:
+    """``left_table.left_column = right_table.right_column``, one equality of an inner equi-join."""
+
+    left_table: str
+    left_column: str
+    right_table: str
+    right_column: str
+
+
+@dataclass(frozen=True)
+class JoinInput:
+    """A column a join aggregate reads: ``name`` (what group_by/items/aggregates call it), its
+    reference ``sql``, and its ``table`` ("" when the reference is unqualified) and ``column``."""
+
+    name: str
+    sql: str
+    table: str
+    column: str
+
+
+@dataclass(frozen=True)
 class FastRefreshPlan:
     """How to apply MV-log change rows of ``base_table`` to the MV (names lower case).
 
@@ -54,6 +85,17 @@ class FastRefreshPlan:
     # ``where`` use. ``where`` is the user's own text of the WHERE condition (when the query text was
     # given), so Spark reads it exactly as in the query, never a re-rendering.
     qualifier: str = ""
+    # Join plans (kinds ``join_*``): every base in FROM order, the join's equalities (only to narrow
+    # reads), and for an aggregate the columns it reads and the user's own FROM … WHERE text.
+    tables: tuple[JoinTable, ...] = ()
+    join_keys: tuple[JoinKey, ...] = ()
+    inputs: tuple[JoinInput, ...] = ()
+    source: str | None = None
+
+    @property
+    def base_tables(self) -> tuple[str, ...]:
+        """Every base table whose changes the plan applies."""
+        return tuple(t.table for t in self.tables) if self.tables else (self.base_table,)
 
     @property
     def needs_recompute_on_delete(self) -> bool:
@@ -91,6 +133,20 @@ def plan_record(plan: QueryPlan) -> dict[str, Any]:
             ],
             "where": fast.where,
             "qualifier": fast.qualifier,
+            "tables": [{"table": t.table, "qualifier": t.qualifier} for t in fast.tables],
+            "join_keys": [
+                {
+                    "left_table": k.left_table,
+                    "left_column": k.left_column,
+                    "right_table": k.right_table,
+                    "right_column": k.right_column,
+                }
+                for k in fast.join_keys
+            ],
+            "inputs": [
+                {"name": i.name, "sql": i.sql, "table": i.table, "column": i.column} for i in fast.inputs
+            ],
+            "source": fast.source,
         },
         "fast_reason": "",
     }
@@ -113,6 +169,15 @@ def plan_from_record(record: Mapping[str, Any]) -> QueryPlan:
             aggregates=tuple(_aggregate(a) for a in fast.get("aggregates", ())),
             where=fast.get("where"),
             qualifier=fast.get("qualifier", ""),
+            tables=tuple(JoinTable(t["table"], t["qualifier"]) for t in fast.get("tables", ())),
+            join_keys=tuple(
+                JoinKey(k["left_table"], k["left_column"], k["right_table"], k["right_column"])
+                for k in fast.get("join_keys", ())
+            ),
+            inputs=tuple(
+                JoinInput(i["name"], i["sql"], i["table"], i["column"]) for i in fast.get("inputs", ())
+            ),
+            source=fast.get("source"),
         )
     )
 

@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
-from workers.jobs import deltalog, groups, incremental_append, mvlog
+from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
@@ -73,6 +74,8 @@ class _State:
     mv_version: int
     since: int  # base version the MV reflects
     until: int  # base version pinned for this run
+    # Every base (a join has several; ``since``/``until`` are ``plan.base_table``'s): (since, until).
+    ranges: Mapping[str, tuple[int, int]]
 
 
 def fast_plan(request: RunRequest) -> FastRefreshPlan:
@@ -115,7 +118,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
             return _fenced_out(state.watermark, epoch)
-        if state.watermark.epoch == epoch and state.since == state.until:
+        if state.watermark.epoch == epoch and all(s == u for s, u in state.ranges.values()):
             return _fenced_out(state.watermark, epoch)  # Delta would skip this very commit: no work
         _check_schema_once(session, settings, request, plan, state)
         groups.check_cancelled(request.job_group)
@@ -132,14 +135,25 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
 
 
 def _check(spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan) -> _State:
-    base = plan.base_table
     current = read_watermark(spark, settings, request.mv_name)
     mv_version = deltalog.current_version(spark, settings, request.mv_name)
     if current is None or mv_version is None:
         raise FastRefreshNotPossible("complete: first build")
-    if set(current.watermark) != {base}:
+    bases = plan.base_tables
+    if set(current.watermark) != set(bases):
         shown = ", ".join(sorted(current.watermark)) or "nothing"
-        raise FastRefreshNotPossible(f"complete: the MV was last refreshed from {shown}, not {base}")
+        raise FastRefreshNotPossible(
+            f"complete: the MV was last refreshed from {shown}, not {', '.join(sorted(bases))}"
+        )
+    ranges = {base: _range(spark, settings, request, current, base) for base in bases}
+    since, until = ranges[plan.base_table]
+    return _State(current, mv_version, since, until, ranges)
+
+
+def _range(
+    spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark, base: str
+) -> tuple[int, int]:
+    """The versions (since, until] of ``base`` the run applies, if its MV log holds their changes."""
     log = mvlog.read_state(spark, settings, base)
     if log is None:
         raise FastRefreshNotPossible(f"complete: no MV log on {base}")
@@ -155,7 +169,7 @@ def _check(spark: SparkSession, settings: Settings, request: RunRequest, plan: F
         )
     if log.retained_from > since + 1:
         raise FastRefreshNotPossible(f"complete: change data before v{log.retained_from} was purged")
-    return _State(current, mv_version, since, until)
+    return since, until
 
 
 # Schema checks that passed, by what they depend on (see ``_check_schema_once``).
@@ -191,11 +205,12 @@ def _check_schema(
     mv_name = request.mv_name
     mv_schema = read_at(spark, settings, mv_name, state.mv_version).schema
     session = session_module.run_session(spark)  # analysis only; a private session keeps the view private
-    base = read_at(session, settings, plan.base_table, state.until)
+    bases = {base: read_at(session, settings, base, until) for base, (_, until) in state.ranges.items()}
     try:
-        wanted = run_query(session, settings, request.query, {plan.base_table: base}, mv_name=mv_name).schema
+        wanted = run_query(session, settings, request.query, bases, mv_name=mv_name).schema
     finally:
-        session.catalog.dropTempView(plan.base_table)
+        for base in bases:
+            session.catalog.dropTempView(base)
     have = [(f.name, f.dataType.simpleString()) for f in mv_schema.fields]
     want = [(f.name, f.dataType.simpleString()) for f in wanted.fields]
     if have != want:
@@ -204,7 +219,7 @@ def _check_schema(
             f"({', '.join(f'{n} {t}' for n, t in have)}) differ from the query's "
             f"({', '.join(f'{n} {t}' for n, t in want)})"
         )
-    if plan.kind == "projection" and (odd := apply.unmatchable_columns(mv_schema)):
+    if plan.kind in ("projection", "join_projection") and (odd := apply.unmatchable_columns(mv_schema)):
         raise FastRefreshNotPossible(
             f"complete: rows with MAP/VARIANT columns ({', '.join(odd)}) cannot be matched"
         )
@@ -251,41 +266,22 @@ def _apply(
     scope: apply.Scope, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
 ) -> tuple[int, str]:
     """Commit the changes by the cheapest exact plan; returns (number of change rows, what was done)."""
-    session, base, query, task_id = scope.session, plan.base_table, request.query, request.task_id
-    watermark = {base: state.until}
+    session, base, task_id = scope.session, plan.base_table, request.task_id
+    watermark = {table: until for table, (_, until) in state.ranges.items()}
     metadata = encode_user_metadata(task_id, request.epoch, request.run_id, watermark)
     version = str(txn_version(request.epoch, watermark))
     path = warehouse.table_path(settings, request.mv_name)
     _step(session, request, "read the change rows")
-    read = change_rows.read(session, settings, base, state.since, state.until)
-    changes = read.frame
-    inserted = None
-    if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
-        inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
-    if inserted is not None:
-        rows = changes.where(F.col("_change_type").isin(*apply.INSERT_TYPES))
-        change = apply.Change(
-            "append", inserted, f"{inserted} rows inserted", appended=scope.run_query(query, base, rows)
-        )
-    else:
-        # The MV's latest snapshot, the one MERGE will use. After the fence only a newer epoch can
-        # commit in between, and then Delta skips our commit anyway.
-        mv = session.read.format("delta").load(path)
-        _step(session, request, "compute the change to the MV")
+    if plan.tables:  # a join of several bases: its delta rules (``workers.jobs.incremental_join``)
         try:
-            if plan.kind == "aggregate":
-                base_at_v = read_at(session, settings, base, state.until)
-                change = apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
-            else:
-                change = apply.projection_change(scope, query, base, changes, mv)
+            change, shared = incremental_join.join_change(scope, request, plan, state.ranges)
         except apply.Inconsistent as why:
-            raise FastRefreshNotPossible(
-                f"complete: MV content does not match its watermark ({why})"
-            ) from why
+            raise _not_matching(why) from why
+    else:
+        read = change_rows.read(session, settings, base, state.since, state.until)
+        change, shared = _one_base_change(scope, settings, request, plan, state, read.frame), read.shared
     _step(session, request, f"commit ({change.plan})")
-    detail = f"{change.plan}: {change.summary}" + (
-        ", change rows shared with another MV" if read.shared else ""
-    )
+    detail = f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
     if change.merge is None:
         assert change.appended is not None
         incremental_append.append(
@@ -314,6 +310,36 @@ def _apply(
     return change.change_rows, detail
 
 
+def _one_base_change(
+    scope: apply.Scope,
+    settings: Settings,
+    request: RunRequest,
+    plan: FastRefreshPlan,
+    state: _State,
+    changes: DataFrame,
+) -> apply.Change:
+    """The change of a one-base MV: append when the base only appended, else its merge."""
+    session, base, query = scope.session, plan.base_table, request.query
+    inserted = None
+    if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
+        inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
+    if inserted is not None:
+        rows = changes.where(F.col("_change_type").isin(*apply.INSERT_TYPES))
+        appended = scope.run_query(query, base, rows)
+        return apply.Change("append", inserted, f"{inserted} rows inserted", appended=appended)
+    # The MV's latest snapshot, the one MERGE will use. After the fence only a newer epoch can
+    # commit in between, and then Delta skips our commit anyway.
+    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
+    _step(session, request, "compute the change to the MV")
+    try:
+        if plan.kind == "aggregate":
+            base_at_v = read_at(session, settings, base, state.until)
+            return apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
+        return apply.projection_change(scope, query, base, changes, mv)
+    except apply.Inconsistent as why:
+        raise _not_matching(why) from why
+
+
 def _large_files(settings: Settings, mv_name: str, version: int) -> bool:
     """Are the MV's data files large enough for deletion vectors to pay (``DELETION_VECTOR_FILE_BYTES``)?
     From Delta's checksum of that version; unknown (no checksum, or a remote warehouse) counts as small."""
@@ -322,6 +348,10 @@ def _large_files(settings: Settings, mv_name: str, version: int) -> bool:
     if not isinstance(size, int) or not isinstance(files, int) or files == 0:
         return False
     return size // files >= DELETION_VECTOR_FILE_BYTES
+
+
+def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
+    return FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})")
 
 
 def _step(session: SparkSession, request: RunRequest, what: str) -> None:
@@ -362,8 +392,10 @@ def _result(
         written = sum(int(metrics.get(k, "0")) for k in keys)
     else:
         written = int(metrics.get("numOutputRows", "0"))
+    ranges = state.ranges.items()  # one base: "vA -> vB"; a join: "orders vA -> vB, customers …"
+    versions = ", ".join(f"{b + ' ' if len(ranges) > 1 else ''}v{s} -> v{u}" for b, (s, u) in ranges)
     message = (
-        f"incremental: {changes} change rows applied (v{state.since} -> v{state.until}: {detail}), "
+        f"incremental: {changes} change rows applied ({versions}: {detail}), "
         f"{written} MV rows written at version {found.delta_version}"
     )
     return replace(found, rows_written=written, message=message)

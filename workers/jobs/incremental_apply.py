@@ -17,7 +17,7 @@ exact from what the MV shows plus the change rows, or else rewrite the affected 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -148,14 +148,27 @@ def _copies(frame: DataFrame, cols: Sequence[str], how_many: str) -> DataFrame:
     return frame.where(F.col(how_many) > 0).select(*[F.col(q(c)) for c in cols], repeated).drop(copy)
 
 
-def projection_change(scope: Scope, query: str, base: str, changes: DataFrame, mv: DataFrame) -> Change:
+def projection_change(
+    scope: Scope,
+    query: str,
+    base: str,
+    changes: DataFrame,
+    mv: DataFrame,
+    outputs: tuple[DataFrame, DataFrame] | None = None,
+) -> Change:
     """Net copies per distinct output row, in one pass over the change rows. Growth only: the new
     copies are appended. Else every distinct output row whose multiplicity drops is rewritten (all its
-    copies deleted, ``old + net`` re-inserted) and the ones that grow are inserted, in one MERGE."""
+    copies deleted, ``old + net`` re-inserted) and the ones that grow are inserted, in one MERGE.
+
+    ``outputs``: the query's rows gained and lost, when the caller derived them (a join's delta rules,
+    ``workers.jobs.incremental_join``); ``changes`` then only counts the change rows."""
     cols = mv.columns
     keyed = [F.col(q(c)) for c in cols]
-    ins = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*INSERT_TYPES)))
-    dels = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*DELETE_TYPES)))
+    if outputs is None:
+        ins = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*INSERT_TYPES)))
+        dels = scope.run_query(query, base, changes.where(F.col("_change_type").isin(*DELETE_TYPES)))
+    else:
+        ins, dels = outputs
     tally = f"{_P}tally"  # the one extra row counting every change row (the run message reports it)
     counted = changes.agg(F.count(F.lit(1)).alias(NET)).select(
         *[F.lit(None).cast(f.dataType).alias(f.name) for f in mv.schema.fields], NET, F.lit(True).alias(tally)
@@ -245,8 +258,19 @@ def _exact_sum(agg: _Agg) -> bool:
     return isinstance(agg.dtype, IntegralType | DecimalType)
 
 
+# The MV query's rows of the groups a frame of MV key values lists (a superset is fine), or of all groups
+# for None: how a join (``workers.jobs.incremental_join``) recomputes groups (it has no ``base_at_v``).
+GroupRecompute = Callable[[DataFrame | None], DataFrame]
+
+
 def aggregate_merge(
-    scope: Scope, query: str, plan: FastRefreshPlan, changes: DataFrame, mv: DataFrame, base_at_v: DataFrame
+    scope: Scope,
+    query: str,
+    plan: FastRefreshPlan,
+    changes: DataFrame,
+    mv: DataFrame,
+    base_at_v: DataFrame | None,
+    groups_at_v: GroupRecompute | None = None,
 ) -> Change:
     """Per-group deltas in one pass over the change rows, joined to the MV rows of those groups only,
     and one MERGE keyed by the GROUP BY columns that touches only them."""
@@ -368,7 +392,7 @@ def aggregate_merge(
     decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
     if recomputed:  # the base at v, restricted to those groups, read once
-        fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema)
+        fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
         source = scope.in_memory(source.unionByName(fresh))
     mv_keys = [(m, m) for _, m in join_keys]
     others = [f.name for f in mv.schema.fields if f.name not in {m for _, m in join_keys}]
@@ -390,17 +414,25 @@ def _recomputed(
     plan: FastRefreshPlan,
     join_keys: list[tuple[str, str]],
     decided: DataFrame,
-    base_at_v: DataFrame,
+    base_at_v: DataFrame | None,
     mv_schema: StructType,
+    groups_at_v: GroupRecompute | None,
 ) -> DataFrame:
     """The MV query over the base at v, restricted to the groups to recompute; groups it no longer
     yields become "delete" rows."""
-    if not join_keys:  # a global aggregate: its single row, over the whole base
-        return scope.run_query(query, plan.base_table, base_at_v).withColumn(OP, F.lit("upsert"))
     wanted = decided.where(F.col(RECOMPUTE)).select(*[F.col(q(m)) for _, m in join_keys])
-    wanted_keys = F.broadcast(wanted).alias("w")
-    subset = base_at_v.alias("b").join(wanted_keys, null_safe("b", "w", join_keys), "left_semi")
-    fresh = scope.run_query(query, plan.base_table, subset).withColumn(PRESENT, F.lit(True))
+    if groups_at_v is not None:  # a join's groups, not one base's (workers.jobs.incremental_join)
+        if not join_keys:
+            return groups_at_v(None).withColumn(OP, F.lit("upsert"))
+        fresh = groups_at_v(wanted).withColumn(PRESENT, F.lit(True))
+    elif not join_keys:  # a global aggregate: its single row, over the whole base
+        assert base_at_v is not None
+        return scope.run_query(query, plan.base_table, base_at_v).withColumn(OP, F.lit("upsert"))
+    else:
+        assert base_at_v is not None
+        wanted_keys = F.broadcast(wanted).alias("w")
+        subset = base_at_v.alias("b").join(wanted_keys, null_safe("b", "w", join_keys), "left_semi")
+        fresh = scope.run_query(query, plan.base_table, subset).withColumn(PRESENT, F.lit(True))
     pairs = [(m, m) for _, m in join_keys]
     keyset = {m for _, m in join_keys}
     joined = wanted.alias("w").join(fresh.alias("r"), null_safe("w", "r", pairs), "left")

@@ -1,0 +1,190 @@
+"""FAST refresh of an MV over an inner equi-join of several base tables: the delta rules of a join.
+
+Each base ``T_i`` is read at its old version (the MV's watermark) and its new one (pinned by the run),
+and ``ΔT_i`` are its change rows in between, signed (insert/postimage +1, delete/preimage -1). A join
+is linear in each input over signed bags, so, exactly (duplicates and NULL keys included):
+
+    Δ(T_1 ⋈ … ⋈ T_n) = Σ_i  T_1' ⋈ … ⋈ T_{i-1}' ⋈ ΔT_i ⋈ T_{i+1} ⋈ … ⋈ T_n      (T' = new version)
+
+Each term is run as the MV query itself (a projection) or the query's own ``FROM … WHERE`` text with
+the columns its keys and aggregates read (an aggregate), over temp views named like the bases and
+bound to ``ΔT_i``'s insert or delete rows and the other bases at their versions: expressions, join
+semantics and types are the complete refresh's. A base without changes in the range adds no term.
+The signed rows then go through the one-table machinery (``workers.jobs.incremental_apply``): append
+when every changed base only appended, else the rewrite merge; an aggregate's keyed merge, whose
+groups to recompute are the query over the bases at their new versions, narrowed to those groups.
+
+Cost: ``ΔT_i`` is read once and held (``Scope.in_memory``). A base joined to ``T_i`` by a key equality
+is read narrowed to the keys ``ΔT_i`` holds: a filter on their values when there are at most
+``KEY_FILTER_LIMIT`` (Delta skips files by their min/max statistics), else a semi-join with them
+(broadcast). Bases further away are joined as the query says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
+
+from workers import warehouse
+from workers.ddl.plan import FastRefreshPlan
+from workers.jobs import changes as change_rows
+from workers.jobs import incremental_append
+from workers.jobs import incremental_apply as apply
+from workers.jobs.refresh import read_at, run_query
+from workers.worker.request import RunRequest
+
+# The most distinct key values pushed into a read as a filter; more are a semi-join instead.
+KEY_FILTER_LIMIT = 1000
+_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_KEY = "__mvs_key"  # a helper column (incremental_apply's prefix): never reaches the MV
+# Key types whose values survive the trip through the driver exactly as literals.
+_LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
+
+Ranges = Mapping[str, tuple[int, int]]
+Tables = dict[str, DataFrame]
+
+
+def join_change(
+    scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
+) -> tuple[apply.Change, bool]:
+    """What the run commits for a join plan, by the cheapest exact way (``apply.Change``), and whether
+    every base's change rows came from another MV's read (``workers.jobs.changes``)."""
+    session, settings = scope.session, scope.settings
+    scope.views.update(plan.base_tables)
+    old = {b: read_at(session, settings, b, since) for b, (since, _) in ranges.items()}
+    new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
+    changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
+    reads = {b: change_rows.read(session, settings, b, *ranges[b]) for b in changed}
+    deltas = {b: read.frame for b, read in reads.items()}
+    shared = bool(reads) and all(read.shared for read in reads.values())
+    path = warehouse.table_path(settings, request.mv_name)
+    if plan.kind == "join_aggregate":
+        mv_now = session.read.format("delta").load(path)
+        return _aggregate(scope, request, plan, deltas, old, new, mv_now), shared
+    query = request.query
+
+    def rows(tables: Tables) -> DataFrame:
+        return run_query(session, settings, query, tables, mv_name=request.mv_name)
+
+    inserted = [incremental_append.inserted_rows(session, settings, b, *ranges[b]) for b in changed]
+    if all(n is not None for n in inserted):  # only appends: only gained rows, appended
+        gained = _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows)
+        total = sum(n or 0 for n in inserted)
+        return apply.Change("append", total, f"{total} rows inserted", appended=gained), shared
+    outputs = (
+        _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows),
+        _terms(plan, deltas, old, new, apply.DELETE_TYPES, rows),
+    )
+    counted = reduce(DataFrame.unionByName, [d.select("_change_type") for d in deltas.values()])
+    mv = session.read.format("delta").load(path)  # the snapshot MERGE will use (as for one base)
+    return apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs), shared
+
+
+def _terms(
+    plan: FastRefreshPlan,
+    deltas: Mapping[str, DataFrame],
+    old: Tables,
+    new: Tables,
+    change_types: tuple[str, ...],
+    rows: Callable[[Tables], DataFrame],
+) -> DataFrame:
+    """Σ_i rows(bases before i at new, ΔT_i's rows of ``change_types``, bases after i at old)."""
+    terms = []
+    for i, base in enumerate(plan.base_tables):
+        if base not in deltas:
+            continue
+        delta = deltas[base]
+        tables = {b: (new if j < i else old)[b] for j, b in enumerate(plan.base_tables) if b != base}
+        for key in plan.join_keys:  # the other side of each of base's key equalities, narrowed
+            for mine, (other, column) in (
+                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
+                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
+            ):
+                if mine[0] == base and other != base:
+                    tables[other] = _narrowed(tables[other], column, delta, mine[1], nulls=False)
+        mine_rows = delta.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
+        terms.append(rows({**tables, base: mine_rows}))
+    return reduce(DataFrame.unionByName, terms)
+
+
+def _aggregate(
+    scope: apply.Scope,
+    request: RunRequest,
+    plan: FastRefreshPlan,
+    deltas: Mapping[str, DataFrame],
+    old: Tables,
+    new: Tables,
+    mv: DataFrame,
+) -> apply.Change:
+    """The joined change rows (the columns the keys and aggregates read, signed by ``_change_type``,
+    WHERE applied) merged by key; groups to recompute come from the bases at their new versions."""
+    session, settings = scope.session, scope.settings
+    assert plan.source is not None
+    columns = [f"{i.sql} AS {apply.q(i.name)}" for i in plan.inputs] or [f"TRUE AS {apply.q(_KEY)}"]
+    inputs_sql = f"SELECT {', '.join(columns)} {plan.source}"
+
+    def signed_inputs(kind: str) -> Callable[[Tables], DataFrame]:
+        def rows(tables: Tables) -> DataFrame:
+            found = run_query(session, settings, inputs_sql, tables, mv_name=request.mv_name)
+            return found.withColumn("_change_type", F.lit(kind))
+
+        return rows
+
+    joined = _terms(plan, deltas, old, new, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
+        _terms(plan, deltas, old, new, apply.DELETE_TYPES, signed_inputs("delete"))
+    )
+    # The MV key column of each GROUP BY input, by position (the planner names keys by their input).
+    keys = {
+        item.column: field.name
+        for item, field in zip(plan.items, mv.schema.fields, strict=True)
+        if item.column
+    }
+    inputs = {i.name: i for i in plan.inputs}
+
+    def groups_at_v(wanted: DataFrame | None) -> DataFrame:
+        tables = dict(new)
+        for name in plan.group_by:
+            found = inputs[name]
+            if (
+                wanted is not None and found.table
+            ):  # a qualified key: its base narrowed to the wanted values (NULL too)
+                tables[found.table] = _narrowed(
+                    tables[found.table], found.column, wanted, keys[name], nulls=True
+                )
+        return run_query(session, settings, request.query, tables, mv_name=request.mv_name)
+
+    flat = replace(plan, where=None)  # the WHERE was applied by the inputs' query
+    return apply.aggregate_merge(scope, request.query, flat, joined, mv, None, groups_at_v=groups_at_v)
+
+
+def _narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
+    """``frame``'s rows whose ``column`` equals a value of ``keys.key`` (NULL-safe when ``nulls``):
+    a superset of the rows an equality with those keys can use, the only rows a term needs."""
+    wanted = keys.select(F.col(apply.q(key)).alias(_KEY))
+    if not nulls:
+        wanted = wanted.where(F.col(_KEY).isNotNull())
+    target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
+    if target is None:
+        return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
+    mine = F.col(apply.q(target.name))
+    key_type = wanted.schema.fields[0].dataType
+    if key_type == target.dataType and isinstance(key_type, _LITERAL_TYPES):
+        # Held frames serve this from the driver (no job); at most the limit's rows come back.
+        found = wanted.limit(KEY_FILTER_LIMIT + 1).collect()
+        if len(found) <= KEY_FILTER_LIMIT:
+            return frame.where(_among(mine, {r[0] for r in found}, key_type))
+    same = apply.col("f", target.name).eqNullSafe if nulls else apply.col("f", target.name).__eq__
+    condition = same(F.col(f"k.{_KEY}"))
+    return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")
+
+
+def _among(column: Column, values: set[object], dtype: DataType) -> Column:
+    """``column IN (values)``, typed as the key column, and ``OR column IS NULL`` for a NULL value."""
+    present = [F.lit(v).cast(dtype) for v in values if v is not None]
+    found = column.isin(present) if present else F.lit(False)
+    return found | column.isNull() if None in values else found
