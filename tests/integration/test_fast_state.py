@@ -243,6 +243,18 @@ def test_complete_refresh_then_fast_and_drop(spark: Any, local_settings: Setting
     assert "state rebuilt" in _fast(spark, s, "f4")
 
 
+def test_a_global_aggregate_emptied_and_refilled(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    query = "SELECT AVG(x) AS a_x, COUNT(d) AS n_d, SUM(x) AS s_x, AVG(d) AS a_d FROM sales WHERE v > 0"
+    _build(spark, s, [_row(1, "a", 5, "1.25", 0.1), _row(2, "b", -1, "3.10", 2 / 3)], query)
+    _fast_first(spark, s, query)
+    _dml(spark, s, "DELETE FROM {sales}")
+    assert "0 recomputed" in _fast(spark, s, "f2", query)
+    assert tables.read_table(spark, s, "mv_s") == [{"a_x": None, "n_d": 0, "s_x": None, "a_d": None}]
+    tables.append(spark, s, "sales", [_row(3, "a", 2, "0.50", 0.25), _row(4, "a", 0, "9.00", 9.0)])
+    assert "0 recomputed" in _fast(spark, s, "f3", query)
+
+
 def test_mv_names_cannot_take_the_state_suffix() -> None:
     assert "reserved for MV state tables" in (mv_name_problem("sales__mvstate") or "")
     assert warehouse.state_table_name("x" * 128) == "x" * 128 + "__mvstate"

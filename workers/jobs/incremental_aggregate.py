@@ -279,11 +279,11 @@ def aggregate_merge(
 
     present = F.coalesce(F.col(f"m.{PRESENT}"), F.lit(False))
     deletes = d(NEG) > 0
-    recompute: Column = ~present & F.lit(not grouped)  # a global aggregate always has its row
-    if not use_state:
-        recompute = recompute | (~present & deletes)  # MV lacks a group it should have
-        if grouped and count_star is None:
-            recompute = recompute | deletes  # a group may vanish and nothing visible tells
+    # A global aggregate always has its row. A group the MV lacks starts from the empty group's
+    # values (COUNT 0, NULL otherwise), which the rules below merge like any other.
+    recompute: Column = ~present & F.lit(not grouped)
+    if not use_state and grouped and count_star is None:
+        recompute = recompute | deletes  # a group may vanish and nothing visible tells
     rows_new: Column | None = None
     if use_state:
         rows_new = new[S_ROWS]
