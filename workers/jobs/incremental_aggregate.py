@@ -20,14 +20,25 @@ over the input at the pinned version, restricted to those groups. Recomputing is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 
-from workers.ddl.fast import AggregateItem, FastRefreshPlan
+from workers.ddl.fast import FastRefreshPlan
 from workers.jobs import aggregate_values as values_of
+from workers.jobs.aggregate_deltas import (
+    IN_STATE,
+    NEG,
+    S_ROWS,
+    Agg,
+    deltas_of,
+    layout_of,
+    rebuilt_state,
+    state_columns,
+    state_write,
+    sum_delta,
+    tracked_columns,
+)
 from workers.jobs.aggregate_state import StateStore, StateWrite, layout_id
 from workers.jobs.incremental_apply import (
     _P,
@@ -37,7 +48,6 @@ from workers.jobs.incremental_apply import (
     PRESENT,
     RECOMPUTE,
     ROWS,
-    SIGN,
     Change,
     MergeSpec,
     Scope,
@@ -49,54 +59,12 @@ from workers.jobs.incremental_apply import (
 
 __all__ = ["aggregate_merge", "needs_state"]
 
-NEG = f"{_P}neg"
-IN_STATE = f"{_P}in_state"
-S_ROWS = f"{_P}srows"
-
-
-@dataclass(frozen=True)
-class _Agg:
-    item: AggregateItem
-    mv_col: str
-    dtype: DataType  # the MV column's (the query's output type)
-    index: int
-
-    def name(self, what: str) -> str:
-        return f"{_P}{what}{self.index}"
-
-
-@dataclass(frozen=True)
-class _Tracked:
-    """A base column some aggregate reads: its non-NULL count is tracked, and its exact sum when a
-    SUM or AVG reads it."""
-
-    column: str
-    index: int
-    dtype: DataType  # the input column's
-    summed: bool
-
-    def name(self, what: str) -> str:
-        return f"{_P}{what}{self.index}"
-
-
-def _layout(plan: FastRefreshPlan, mv_schema: StructType) -> tuple[list[tuple[str, str]], list[_Agg]]:
-    """(base key column, MV column) for every selected key column, and the aggregates, by position."""
-    keys: list[tuple[str, str]] = []
-    aggs: list[_Agg] = []
-    by_name = {a.name: a for a in plan.aggregates}
-    for index, (item, field_) in enumerate(zip(plan.items, mv_schema.fields, strict=True)):
-        if item.column is None:  # the planner gives aggregates no source column, keys their column
-            aggs.append(_Agg(by_name[item.name], field_.name, field_.dataType, index))
-        else:
-            keys.append((item.column, field_.name))
-    return keys, aggs
-
 
 def _exact_type(dtype: DataType) -> bool:
     return isinstance(dtype, IntegralType | DecimalType)
 
 
-def needs_state(plan: FastRefreshPlan, aggs: list[_Agg]) -> bool:
+def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
     """Whether some value cannot be derived from what the MV shows (then the MV keeps helper state)."""
     counted = {a.item.column for a in aggs if a.item.function == "COUNT" and a.item.column}
     if plan.group_by and not any(a.item.function == "COUNT" and a.item.column is None for a in aggs):
@@ -107,93 +75,6 @@ def needs_state(plan: FastRefreshPlan, aggs: list[_Agg]) -> bool:
         if a.item.function == "SUM" and (not _exact_type(a.dtype) or a.item.column not in counted):
             return True
     return False
-
-
-def _tracked(aggs: list[_Agg], schema: StructType) -> list[_Tracked]:
-    columns: dict[str, bool] = {}
-    for a in aggs:
-        if a.item.column:
-            summed = a.item.function in ("SUM", "AVG")
-            columns[a.item.column] = columns.get(a.item.column, False) or summed
-    names = {f.name: f.dataType for f in schema.fields}
-    return [_Tracked(c, i, names[c], summed) for i, (c, summed) in enumerate(columns.items())]
-
-
-def _deltas(aggs: list[_Agg], tracked: list[_Tracked], passes: Column) -> list[Column]:
-    """Per-group aggregates of signed rows (``SIGN``): the one pass over them."""
-    sign = F.col(SIGN)
-    pos, neg = passes & (sign > 0), passes & (sign < 0)
-    exprs = [
-        F.count(F.lit(1)).alias(ALL_ROWS),
-        F.sum(passes.cast("int")).alias(ROWS),
-        F.sum(F.when(passes, sign).otherwise(0)).alias(NET),
-        F.sum(neg.cast("int")).alias(NEG),
-    ]
-    for t in tracked:
-        c = F.col(q(t.column))
-        exprs.append(F.sum((pos & c.isNotNull()).cast("int")).alias(t.name("tp")))
-        exprs.append(F.sum((neg & c.isNotNull()).cast("int")).alias(t.name("tm")))
-        if t.summed:
-            value, fits = values_of.held(c, t.dtype)
-            kept = passes & c.isNotNull() & fits
-            exprs.append(
-                F.try_sum(F.when(kept, F.when(sign > 0, value).otherwise(-value))).alias(t.name("ts"))
-            )
-            exprs.append(F.sum(F.when(passes & c.isNotNull() & ~fits, sign).otherwise(0)).alias(t.name("tu")))
-            exprs.append(F.max(kept).alias(t.name("tf")))
-            exprs.append(F.max(passes & c.isNotNull() & ~fits).alias(t.name("tx")))
-    for a in aggs:
-        if a.item.function in ("MIN", "MAX") and a.item.column:
-            fold = F.min if a.item.function == "MIN" else F.max
-            c = F.col(q(a.item.column))
-            exprs.append(fold(F.when(pos, c)).alias(a.name("p")))
-            exprs.append(fold(F.when(neg, c)).alias(a.name("m")))
-    return exprs
-
-
-def _sum_delta(t: _Tracked, alias: str) -> Column:
-    """The delta's exact sum (NULL: it overflowed, the sum is lost)."""
-    total, any_fit = F.col(f"{alias}.{t.name('ts')}"), F.col(f"{alias}.{t.name('tf')}")
-    return F.when(total.isNull() & F.coalesce(any_fit, F.lit(False)), F.lit(None)).otherwise(
-        F.coalesce(total, F.lit(0))
-    )
-
-
-def _state_columns(tracked: list[_Tracked], old: str | None, delta: str | None) -> dict[str, Column]:
-    """The state of a group: ``old`` (an alias of state rows, None: empty) plus ``delta`` (an alias of
-    per-group deltas, None: nothing), by the state table's column names."""
-
-    def old_or_zero(name: str) -> Column:
-        return F.coalesce(F.col(f"{old}.{name}"), F.lit(0)) if old else F.lit(0)
-
-    def delta_or_zero(what: str, t: _Tracked | None = None) -> Column:
-        return F.col(f"{delta}.{t.name(what) if t else what}") if delta else F.lit(0)
-
-    out = {S_ROWS: (old_or_zero(S_ROWS) + delta_or_zero(NET)).cast("long")}
-    for t in tracked:
-        nn = old_or_zero(t.name("snn")) + delta_or_zero("tp", t) - delta_or_zero("tm", t)
-        out[t.name("snn")] = nn.cast("long")
-        if t.summed:
-            storage = values_of.sum_type(t.dtype) or DecimalType(37, 0)
-            before = F.lit(0)
-            if old is not None:  # a group the state lacks starts from 0; a NULL sum was lost
-                before = F.when(F.col(f"{old}.{IN_STATE}"), F.col(f"{old}.{t.name('ssum')}")).otherwise(0)
-            after = F.try_add(before, _sum_delta(t, delta)) if delta else before
-            out[t.name("ssum")] = after.try_cast(storage)
-            out[t.name("sunfit")] = (old_or_zero(t.name("sunfit")) + delta_or_zero("tu", t)).cast("long")
-    return out
-
-
-def _rebuilt(
-    scope: Scope, plan: FastRefreshPlan, tracked: list[_Tracked], source: DataFrame, keyed: list[Column]
-) -> DataFrame:
-    """The whole state at the pinned version, from the input in one pass."""
-    rows = source.alias(plan.qualifier or plan.base_table).withColumn(SIGN, F.lit(1))
-    passes = F.coalesce(F.expr(plan.where), F.lit(False)) if plan.where else F.lit(True)
-    delta = rows.groupBy(*keyed).agg(*_deltas([], tracked, passes)).alias("r")
-    keys = [F.col(f"r.{c}") for c in delta.columns if c.startswith(f"{_P}k")]
-    columns = _state_columns(tracked, None, "r")
-    return scope.in_memory(delta.select(*keys, *[c.alias(n) for n, c in columns.items()]))
 
 
 def aggregate_merge(
@@ -209,7 +90,7 @@ def aggregate_merge(
     MV rows of those groups only, and one MERGE keyed by the GROUP BY columns that touches only them.
     ``base_at_v`` is the input at the pinned version (read only for groups to recompute, or to rebuild
     the state); ``state`` the MV's helper state (None: none kept, values come from the MV alone)."""
-    keys, aggs = _layout(plan, mv.schema)
+    keys, aggs = layout_of(plan, mv.schema)
     join_keys: list[tuple[str, str]] = []  # one MV column per group key (a key may be selected twice)
     for key in plan.group_by:
         join_keys.append(next((b, m) for b, m in keys if b == key))
@@ -224,10 +105,10 @@ def aggregate_merge(
         scope.check_expression(plan.where)
         changes = changes.alias(plan.qualifier or plan.base_table)
     passes = F.coalesce(F.expr(plan.where), F.lit(False)) if plan.where else F.lit(True)
-    tracked = _tracked(aggs, changes.schema)
+    tracked = tracked_columns(aggs, changes.schema)
     by_column = {t.column: t for t in tracked}
     keyed = [F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]
-    deltas = _deltas(aggs, tracked, passes)
+    deltas = deltas_of(aggs, tracked, passes)
     delta = scope.in_memory(signed(changes).groupBy(*keyed).agg(*deltas))  # the one pass over the changes
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
     # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
@@ -252,17 +133,17 @@ def aggregate_merge(
             )
             held = held.withColumn(IN_STATE, F.lit(True)).alias("st")
             joined = joined.join(held, null_safe("d", "st", skeys), "left")
-            new = _state_columns(tracked, "st", "d")
+            new = state_columns(tracked, "st", "d")
             note = f", state kept in {state.table}"
         else:  # rebuilt at the pinned version: the changed groups' new state is read from it
-            rebuilt = _rebuilt(scope, plan, tracked, base_at_v, keyed)
+            rebuilt = rebuilt_state(scope, plan, tracked, base_at_v, keyed)
             at_v = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
             joined = joined.join(at_v, null_safe("d", "st", skeys), "left")
-            new = _state_columns(tracked, "st", None)
+            new = state_columns(tracked, "st", None)
             write = StateWrite(rebuilt, layout)
             note = f", state rebuilt from the base in {state.table}"
 
-    def old(a: _Agg) -> Column:
+    def old(a: Agg) -> Column:
         return col("m", a.mv_col)
 
     def d(name: str) -> Column:
@@ -307,7 +188,7 @@ def aggregate_merge(
             recompute = recompute | ((nn != 0) & ~usable)
             values[a.mv_col] = F.when(nn == 0, F.lit(None)).otherwise(value)
         elif fn == "SUM" and _exact_type(a.dtype) and t is not None:
-            total = F.try_add(F.coalesce(old(a), F.lit(0)), _sum_delta(t, "d"))
+            total = F.try_add(F.coalesce(old(a), F.lit(0)), sum_delta(t, "d"))
             value = values_of.sum_value(total, a.dtype)
             unusable = value.isNull() | F.coalesce(d(t.name("tx")), F.lit(False))
             nonnull = nn_new(t.column)
@@ -364,7 +245,7 @@ def aggregate_merge(
     recomputed = int(stats["recomputed"] or 0)
     decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     if state is not None and use_state and write is None:
-        write = _state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
+        write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
     decided = decided.drop(*[k for k, _ in dkeys if use_state], *[f"{_P}new_{n}" for n in new])
     source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
     if recomputed:  # the base at v, restricted to those groups, read once
@@ -382,27 +263,6 @@ def aggregate_merge(
     )
     summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
     return Change("keyed merge", change_rows, summary, merge=merge, state=write)
-
-
-def _state_write(
-    decided: DataFrame, keys: list[str], names: list[str], grouped: bool, layout: str
-) -> StateWrite:
-    """The changed groups' new state, merged into the state table by key (an emptied group goes)."""
-    gone = F.lit(grouped) & (F.col(f"{_P}new_{S_ROWS}") == 0)
-    source = decided.select(
-        *[F.col(q(k)) for k in keys],
-        *[F.col(q(f"{_P}new_{n}")).alias(n) for n in names],
-        F.when(gone, "delete").otherwise("upsert").alias(OP),
-    )
-    merge = MergeSpec(
-        source=source,
-        condition=null_safe("t", "s", [(k, k) for k in keys]),
-        delete_when=F.col(f"s.{OP}") == "delete",
-        update_set={q(n): col("s", n) for n in names},
-        insert_when=F.col(f"s.{OP}") == "upsert",
-        insert_values={q(n): col("s", n) for n in [*keys, *names]},
-    )
-    return StateWrite(source, layout, merge=merge)
 
 
 def _recomputed(
