@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from workers.catalog.names import MLOG_SUFFIX, check_table_name
+from workers.catalog.names import MLOG_SUFFIX, MVSTATE_SUFFIX, check_table_name
 from workers.config import Settings
 
 DELTA_LOG = "_delta_log"
@@ -37,6 +37,12 @@ def table_path(settings: Settings, name: str) -> str:
 def mlog_table_name(base: str) -> str:
     """The MV log (captured change rows) of base table ``base`` is the Delta table ``<base>__mlog``."""
     return check_table_name(f"{check_table_name(base)}{MLOG_SUFFIX}")
+
+
+def state_table_name(mv: str) -> str:
+    """The helper state of aggregate MV ``mv`` (per-group counts and exact sums, never shown to its
+    readers; ``workers.jobs.aggregate_state``) is the Delta table ``<mv>__mvstate``."""
+    return check_table_name(f"{check_table_name(mv)}{MVSTATE_SUFFIX}")
 
 
 def local_table_dir(settings: Settings, name: str) -> Path:

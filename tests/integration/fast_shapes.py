@@ -131,7 +131,34 @@ def aggregates(draw: st.DrawFn) -> Shape:
     return Shape("aggregate", _query(items, where, draw(st.booleans()), group_by))
 
 
-SHAPES: st.SearchStrategy[Shape] = st.one_of(projections(), aggregates())
+# ------------------------------------------------ helper-state shapes (issue 10, item 1: helper state)
+# AVG, SUM of doubles and COUNT(col), with no COUNT(*) (a vanished group shows only in the state) and
+# no MIN/MAX: refreshed from the MV's helper state alone, so a run never reads the base
+# (``fast_checks.reads_no_base``).
+STATE_AGGREGATES = (
+    "AVG(v) AS a_v",
+    "AVG(d) AS a_d",
+    "AVG(x) AS a_x",
+    "SUM(x) AS s_x",
+    "SUM(v) AS s_v",
+    "SUM(d) AS s_d",
+    "COUNT(x) AS n_x",
+    "COUNT(v) AS n_v",
+)
+
+
+@st.composite
+def state_aggregates(draw: st.DrawFn) -> Shape:
+    group_by = draw(st.sampled_from(GROUPINGS))
+    chosen = draw(st.lists(st.sampled_from(STATE_AGGREGATES), min_size=1, max_size=4, unique=True))
+    items = draw(st.permutations([*group_by, *chosen]))
+    where = draw(st.sampled_from(FILTERS))
+    return Shape("aggregate", _query(items, where, draw(st.booleans()), group_by))
+
+
+# ---------------------------------------------------------------------------- end of helper-state shapes
+
+SHAPES: st.SearchStrategy[Shape] = st.one_of(projections(), aggregates(), state_aggregates())
 
 # Joins: every base has SCHEMA; ``a``/``b``/``c`` are {t0}/{t1}/{t2}.
 JOINS = {

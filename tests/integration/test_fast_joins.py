@@ -13,7 +13,7 @@ import pytest
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, incremental_apply, incremental_join, mvlog, refresh, tables
+from workers.jobs import held, incremental, incremental_join, mvlog, refresh, tables
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors."""
     if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
-        monkeypatch.setattr(incremental_apply, "DRIVER_ROWS_LIMIT", 0)
+        monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", 0)
     return str(request.param)
 
 

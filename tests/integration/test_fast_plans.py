@@ -12,7 +12,8 @@ import pytest
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, incremental_apply, mvlog, refresh, tables
+from workers.jobs import held as held_frames
+from workers.jobs import incremental, mvlog, refresh, tables
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +28,9 @@ AGGREGATE = (
 @pytest.fixture(autouse=True, params=["on the driver", "on the executors"])
 def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each plan twice: its small frames held on the driver, and spilled to the executors as a large
-    change set's are (``Scope.in_memory`` past ``DRIVER_ROWS_LIMIT``)."""
+    change set's are (``Scope.in_memory`` past ``held.DRIVER_ROWS_LIMIT``)."""
     if request.param == "on the executors":
-        monkeypatch.setattr(incremental_apply, "DRIVER_ROWS_LIMIT", 0)
+        monkeypatch.setattr(held_frames, "DRIVER_ROWS_LIMIT", 0)
     return str(request.param)
 
 

@@ -23,8 +23,10 @@ import re
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_NAME_LENGTH = 128
 MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of table T in the table T__mlog
-# A warehouse folder may also be an MV log table: the longest name plus the suffix.
-MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + len(MLOG_SUFFIX)
+# workers/jobs keeps the helper state of aggregate MV M (per-group counts and sums) in M__mvstate
+MVSTATE_SUFFIX = "__mvstate"
+# A warehouse folder may also be an MV log or state table: the longest name plus the longest suffix.
+MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(MVSTATE_SUFFIX))
 _SHOWN_CHARS = 40
 
 
@@ -66,10 +68,12 @@ def name_problem(name: object, what: str) -> str | None:
 
 
 def mv_name_problem(name: object) -> str | None:
-    """``name_problem`` plus the names reserved for MV log tables."""
+    """``name_problem`` plus the names reserved for MV log and MV state tables."""
     problem = name_problem(name, "materialized view")
     if problem is None and isinstance(name, str) and name.endswith(MLOG_SUFFIX):
         return f"materialized view names ending in {MLOG_SUFFIX} are reserved for MV log tables"
+    if problem is None and isinstance(name, str) and name.endswith(MVSTATE_SUFFIX):
+        return f"materialized view names ending in {MVSTATE_SUFFIX} are reserved for MV state tables"
     return problem
 
 

@@ -38,7 +38,9 @@ from workers.jobs import deltalog, groups, incremental_append, incremental_join,
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
+from workers.jobs.aggregate_state import StateStore
 from workers.jobs.errors import ChangesNotRetained
+from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, encode_user_metadata, txn_version
 from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_query
 from workers.worker.request import RunRequest
@@ -115,6 +117,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         session = _run_session(spark)
         if found.watermark.epoch < epoch:
             _fence(session, settings, request, found.until)
+            _state_store(session, settings, request, found).fence(request.task_id, epoch)
         state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
             return _fenced_out(state.watermark, epoch)
@@ -280,6 +283,17 @@ def _apply(
     else:
         read = change_rows.read(session, settings, base, state.since, state.until)
         change, shared = _one_base_change(scope, settings, request, plan, state, read.frame), read.shared
+    if change.state is not None:  # helper state first: only the MV commit makes it trusted
+        _step(session, request, "commit the helper state")
+        store = _state_store(session, settings, request, state)
+        store.commit(
+            change.state,
+            task_id=task_id,
+            epoch=request.epoch,
+            run_id=request.run_id,
+            watermark=watermark,
+            txn=version,
+        )
     _step(session, request, f"commit ({change.plan})")
     detail = f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
     if change.merge is None:
@@ -334,7 +348,8 @@ def _one_base_change(
     try:
         if plan.kind == "aggregate":
             base_at_v = read_at(session, settings, base, state.until)
-            return apply.aggregate_merge(scope, query, plan, changes, mv, base_at_v)
+            store = _state_store(session, settings, request, state)
+            return aggregate_merge(scope, query, plan, changes, mv, base_at_v, store)
         return apply.projection_change(scope, query, base, changes, mv)
     except apply.Inconsistent as why:
         raise _not_matching(why) from why
@@ -352,6 +367,11 @@ def _large_files(settings: Settings, mv_name: str, version: int) -> bool:
 
 def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
     return FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})")
+
+
+def _state_store(session: SparkSession, settings: Settings, request: RunRequest, state: _State) -> StateStore:
+    """The MV's helper state (``workers.jobs.aggregate_state``), as of the MV content ``state`` read."""
+    return StateStore(session, settings, request.mv_name, state.watermark)
 
 
 def _step(session: SparkSession, request: RunRequest, what: str) -> None:

@@ -35,6 +35,7 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append
 from workers.jobs import incremental_apply as apply
+from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.refresh import read_at, run_query
 from workers.worker.request import RunRequest
 
@@ -159,7 +160,7 @@ def _aggregate(
         return run_query(session, settings, request.query, tables, mv_name=request.mv_name)
 
     flat = replace(plan, where=None)  # the WHERE was applied by the inputs' query
-    return apply.aggregate_merge(scope, request.query, flat, joined, mv, None, groups_at_v=groups_at_v)
+    return aggregate_merge(scope, request.query, flat, joined, mv, None, groups_at_v=groups_at_v)
 
 
 def _narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:

@@ -165,6 +165,8 @@ def _result(
 
 
 def drop_mv_table(settings: Settings, mv_name: str) -> None:
-    """Delete the MV table folder (cancel its runs first). No-op if it does not exist."""
-    shutil.rmtree(warehouse.local_table_dir(settings, mv_name), ignore_errors=True)
-    deltalog.forget_table(settings, mv_name)
+    """Delete the MV table folder and its helper state's (``<mv>__mvstate``; cancel its runs first).
+    No-op for what does not exist."""
+    for name in (mv_name, warehouse.state_table_name(mv_name)):
+        shutil.rmtree(warehouse.local_table_dir(settings, name), ignore_errors=True)
+        deltalog.forget_table(settings, name)
