@@ -21,14 +21,18 @@ def _rows(frame: Any) -> list[tuple[int, str, int, int]]:
     return sorted((r["_commit_version"], r["_change_type"], r["id"], r["qty"]) for r in frame.collect())
 
 
-def _orders(spark: Any, s: Settings) -> None:
-    """orders v0 created, v1 MV log (CDF on), v2 insert, v3 update, v4 delete."""
+def _orders(spark: Any, s: Settings, *, forget: bool = True) -> Any:
+    """orders v0 created, v1 MV log (CDF on), v2 insert, v3 update, v4 delete; nothing held yet
+    unless ``forget`` is False. Returns a run session to read in."""
     path = warehouse.table_path(s, "orders")
     tables.create_table(spark, s, "orders", [{"id": 1, "qty": 1}], "id long, qty long")
     mvlog.create_mv_log(spark, s, "orders")
     tables.append(spark, s, "orders", [{"id": 2, "qty": 2}])
     spark.sql(f"UPDATE delta.`{path}` SET qty = 10 WHERE id = 1")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 2")
+    if forget:
+        changes.forget()
+    return run_session(spark)
 
 
 EXPECTED = [
@@ -43,9 +47,7 @@ def test_uncaptured_commits_come_from_the_base_and_captured_ones_from_the_log(
     spark: Any, local_settings: Settings
 ) -> None:
     s = local_settings
-    _orders(spark, s)
-    changes.forget()
-    session = run_session(spark)
+    session = _orders(spark, s)
     fresh = changes.read(session, s, "orders", 1, 4)  # nothing captured yet: the base's feed alone
     assert not fresh.shared and _rows(fresh.frame) == EXPECTED
     assert mvlog.read_state(spark, s, "orders").captured_version == 0  # type: ignore[union-attr]
@@ -67,9 +69,7 @@ def test_uncaptured_commits_come_from_the_base_and_captured_ones_from_the_log(
 
 def test_a_range_is_read_once_and_shared_by_later_watermarks(spark: Any, local_settings: Settings) -> None:
     s = local_settings
-    _orders(spark, s)
-    changes.forget()
-    first_session, second_session = run_session(spark), run_session(spark)
+    first_session, second_session = _orders(spark, s), run_session(spark)
     sc = spark.sparkContext
     sc.setJobGroup("mvs-change-read-1", "first read")
     first = changes.read(first_session, s, "orders", 1, 4)
@@ -91,12 +91,10 @@ def test_a_recreated_base_is_never_served_from_the_old_tables_rows(
     spark: Any, local_settings: Settings
 ) -> None:
     s = local_settings
-    _orders(spark, s)
-    changes.forget()
-    session = run_session(spark)
+    session = _orders(spark, s)
     assert _rows(changes.read(session, s, "orders", 1, 4).frame) == EXPECTED
     mvlog.drop_mv_log(spark, s, "orders")
     shutil.rmtree(warehouse.local_table_dir(s, "orders"))
-    _orders(spark, s)  # same name, same versions: only the commits' times tell them apart
+    _orders(spark, s, forget=False)  # same name, same versions: only the commits' times tell them apart
     again = changes.read(session, s, "orders", 1, 4)
     assert not again.shared and _rows(again.frame) == EXPECTED
