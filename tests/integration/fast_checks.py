@@ -160,7 +160,7 @@ class Scenario:
             assert self.watermark(mv) == pinned, (mv, self.watermark(mv), pinned)
             self.log.append(f"refresh {mv} {before} -> {pinned}: {result.message}")
             self.check(mv)
-            if pinned > before and self.kinds[mv] == "aggregate" and reads_no_base(query):
+            if pinned != before and self.kinds[mv] == "aggregate" and reads_no_base(query):
                 assert " 0 recomputed from the base" in result.message, f"{mv}: {result.message}"
 
     def check(self, mv: str) -> None:
