@@ -35,14 +35,19 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs import deltalog
 from workers.jobs.incremental_apply import MergeSpec
-from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, json_object
+from workers.jobs.metadata import (
+    EPOCH_SHIFT,
+    TXN_APP_ID_CONF,
+    TXN_VERSION_CONF,
+    USER_METADATA_CONF,
+    MvWatermark,
+    json_object,
+)
 
 __all__ = ["StateStore", "StateWrite", "layout_id"]
 
 _KEY = "mvs_state"
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 
 
 def layout_id(*parts: object) -> str:

@@ -41,15 +41,21 @@ from workers.jobs import session as session_module
 from workers.jobs.aggregate_state import StateStore
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
-from workers.jobs.metadata import EPOCH_SHIFT, MvWatermark, encode_user_metadata, txn_version
+from workers.jobs.metadata import (
+    EPOCH_SHIFT,
+    TXN_APP_ID_CONF,
+    TXN_VERSION_CONF,
+    USER_METADATA_CONF,
+    MvWatermark,
+    encode_user_metadata,
+    txn_version,
+)
 from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_query
 from workers.worker.request import RunRequest
 
 __all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
 
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 _COMMIT_CONFS = frozenset({_TXN_APP_ID, _TXN_VERSION, _USER_METADATA})
 _MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 _MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"

@@ -15,6 +15,12 @@ from typing import Any
 
 EPOCH_SHIFT = 2**32
 
+# Session confs from which MERGE and DELETE take the idempotent-write id and ``userMetadata`` (they
+# have no writer options); set in a run's own session only (``session.run_session``).
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
 
 @dataclass(frozen=True)
 class MvWatermark:
