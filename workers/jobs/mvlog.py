@@ -29,7 +29,7 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs import deltalog
 from workers.jobs.errors import ChangesNotRetained, TableNotFound, is_write_conflict
-from workers.jobs.metadata import json_object
+from workers.jobs.metadata import USER_METADATA_CONF, json_object
 
 CHANGE_COLUMNS = StructType(
     [
@@ -188,7 +188,7 @@ def purge(spark: SparkSession, settings: Settings, base_table: str, safepoint: i
         # DELETE takes its userMetadata from the session conf: set it in a child session (own SQL
         # conf, same SparkContext) so concurrent runs in other threads never pick it up.
         child = spark.newSession()
-        child.conf.set("spark.databricks.delta.commitInfo.userMetadata", after.user_metadata())
+        child.conf.set(USER_METADATA_CONF, after.user_metadata())
         mlog_path = warehouse.table_path(settings, warehouse.mlog_table_name(base_table))
         rows = child.sql(f"DELETE FROM delta.`{mlog_path}` WHERE _commit_version < {safepoint}").collect()
         deleted = int(rows[0][0]) if rows else 0
