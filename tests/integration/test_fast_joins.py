@@ -34,11 +34,12 @@ AGGREGATE = (
 )
 
 
-@pytest.fixture(autouse=True, params=["keys as a filter", "keys by semi-join, frames on the executors"])
+@pytest.fixture(params=["keys as a filter", "keys by semi-join, frames on the executors"])
 def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test two ways: the change rows' join keys pushed into the other side's read as values,
-    the small frames held on the driver; and (as for a large change set) the keys as a semi-join
-    (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors."""
+    """A test that takes it runs two ways: the change rows' join keys pushed into the other side's
+    read as values, the small frames held on the driver; and (as for a large change set) the keys as
+    a semi-join (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors. (The others run the
+    first way only: they test shapes, not the narrowing.)"""
     if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
         monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", 0)
@@ -89,7 +90,9 @@ def _operation(spark: Any, settings: Settings, mv: str) -> str:
     return str(tables.delta_history(spark, settings, mv)[0]["operation"])
 
 
-def test_a_two_table_projection_follows_both_sides(spark: Any, local_settings: Settings) -> None:
+def test_a_two_table_projection_follows_both_sides(
+    spark: Any, local_settings: Settings, narrowing: str
+) -> None:
     s = local_settings
     customers = [_customer(1, "ann", "eu"), _customer(2, "bob", "us"), _customer(None, "nil", "eu")]
     orders = [_order(10, 1, 5), _order(11, 1, 5), _order(12, 2, 3), _order(13, None, 4), _order(14, 2, 0)]
@@ -143,7 +146,9 @@ def test_a_three_table_join_with_using(spark: Any, local_settings: Settings) -> 
     _fast(spark, s, "mv_3", THREE, "i2")
 
 
-def test_an_aggregate_over_a_join_merges_the_changed_groups(spark: Any, local_settings: Settings) -> None:
+def test_an_aggregate_over_a_join_merges_the_changed_groups(
+    spark: Any, local_settings: Settings, narrowing: str
+) -> None:
     s = local_settings
     customers = [_customer(1, "ann", "eu"), _customer(2, "bob", "us"), _customer(3, "cy", None)]
     orders = [
