@@ -16,7 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tests.integration.fast_shapes import SCHEMA, BaseModel, Commit, Insert, On, Op, Purge, Shape
+from tests.integration.fast_shapes import SCHEMA, Shape
+from tests.integration.fast_streams import BaseModel, Commit, Insert, On, Op, Purge
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings

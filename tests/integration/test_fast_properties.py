@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.fast_checks import Scenario, multiset_difference
-from tests.integration.fast_shapes import (
-    SHAPES,
+from tests.integration.fast_shapes import SHAPES, Shape, join_shapes
+from tests.integration.fast_streams import (
     Bump,
     Delete,
     DeleteAll,
@@ -45,10 +45,8 @@ from tests.integration.fast_shapes import (
     MoveGroup,
     On,
     Purge,
-    Shape,
     Stream,
     Update,
-    join_shapes,
     streams,
 )
 from workers.config import Settings
