@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # MVS_LOG_LEVEL (e.g. DEBUG) sets mvs's own loggers only: the libraries' DEBUG output drowns them.
+    level = os.environ.get("MVS_LOG_LEVEL", "").upper()
+    if level in logging.getLevelNamesMapping():
+        logging.getLogger("workers").setLevel(level)
     settings: Settings | None = None
     try:
         settings = Settings.from_env()

@@ -31,7 +31,9 @@ from workers.topics import topic_spec
 
 def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a role process reads its Settings from (``Settings.from_env``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MVS_")}
+    # The test's own MVS_ settings are not inherited (the roles get exactly ``settings``), but for the
+    # log level a person debugging a test asks for.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MVS_") or k == "MVS_LOG_LEVEL"}
     env.update(
         {
             "MVS_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
