@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes: dict[str, int] = {}
     with broker() as bootstrap:
         settings = Settings.from_env(
-            bootstrap_servers=bootstrap, embedded=False, namespace=f"b{uuid.uuid4().hex[:8]}"
+            bootstrap_servers=bootstrap, embedded=False, replication_factor=1, namespace=f"b{uuid.uuid4().hex[:8]}"
         )
         apply_topics(settings)
         for shape in shapes(args.small, args.large):

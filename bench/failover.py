@@ -85,6 +85,7 @@ class Cell:
         self.settings = Settings.from_env(
             bootstrap_servers=bootstrap,
             embedded=False,
+            replication_factor=1,  # one broker
             namespace=f"bench{uuid.uuid4().hex[:6]}",
             warehouse=str(root / name.replace("/", "-") / "warehouse"),
             group_protocol=protocol,

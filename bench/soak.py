@@ -76,6 +76,7 @@ class Soak:
         self.settings = Settings.from_env(
             bootstrap_servers=self.broker.bootstrap_servers,
             embedded=False,
+            replication_factor=1,  # one broker
             namespace=f"soak{uuid.uuid4().hex[:6]}",
             warehouse=str(root / "warehouse"),
             session_timeout_ms=3000,

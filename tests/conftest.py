@@ -47,6 +47,7 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
     return Settings.from_env(
         bootstrap_servers=kafka_bootstrap,
         embedded=False,
+        replication_factor=1,  # one broker
         namespace=f"t{uuid.uuid4().hex[:10]}",
         warehouse=str(tmp_path / "warehouse"),
         session_timeout_ms=3000,

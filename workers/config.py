@@ -111,6 +111,9 @@ class Settings:
     api_host: str = "127.0.0.1"
     api_port: int = 8083
     api_timeout_s: float = 10.0
+    # Replication of every mvs topic, overriding topics/ (3, min.insync.replicas 2): 1 for a single
+    # broker (MVS_REPLICATION_FACTOR=1; the embedded broker is one node, so embedded means 1).
+    replication_factor: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -135,6 +138,7 @@ class Settings:
             api_host=env.get("MVS_API_HOST", cls.api_host),
             api_port=int(env.get("MVS_API_PORT", str(cls.api_port))),
             api_timeout_s=float(env.get("MVS_API_TIMEOUT_S", str(cls.api_timeout_s))),
+            replication_factor=int(env.get("MVS_REPLICATION_FACTOR") or 0) or None,
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -102,6 +102,7 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         settings = Settings.from_env(
             bootstrap_servers=broker.bootstrap_servers,
             embedded=False,
+            replication_factor=1,  # one broker
             warehouse=str(warehouse),
             namespace="demo",
         )
@@ -110,6 +111,7 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
             "MVS_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
             "MVS_WAREHOUSE": str(warehouse),
             "MVS_NAMESPACE": "demo",
+            "MVS_REPLICATION_FACTOR": "1",
         }
         from workers.kafka.admin import apply_topics
 

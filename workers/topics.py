@@ -57,6 +57,24 @@ class TopicSpec:
         return settings.topic(self.name)
 
 
+def replication_factor(settings: Settings, spec: TopicSpec) -> int:
+    """The deployment's ``Settings.replication_factor`` when set, else 1 for the embedded broker (one
+    node), else the declaration's."""
+    if settings.replication_factor:
+        return settings.replication_factor
+    return 1 if settings.embedded else spec.replication_factor
+
+
+def topic_config(settings: Settings, spec: TopicSpec) -> dict[str, str]:
+    """The declared config with ``min.insync.replicas`` kept below the replication factor, so one
+    replica down still takes acks=all writes (and a single broker takes any)."""
+    config = dict(spec.config)
+    if "min.insync.replicas" in config:
+        cap = max(1, replication_factor(settings, spec) - 1)
+        config["min.insync.replicas"] = str(min(int(config["min.insync.replicas"]), cap))
+    return config
+
+
 def _config_value(value: object) -> str:
     # Kafka topic configs are strings; TOML may hold ints or booleans for convenience.
     if isinstance(value, bool):

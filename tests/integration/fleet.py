@@ -15,6 +15,7 @@ from workers.jobs.metadata import decode_user_metadata
 from workers.jobs.tables import delta_history, read_table
 from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
+from workers.kafka.typed import read_to_end
 from workers.topics import topic_spec
 from workers.warehouse import latest_version
 from workers.worker.runner import SPARK_READY
@@ -165,9 +166,13 @@ def mv_rows(h: Harness, name: str) -> list[tuple[Any, ...]]:
 
 
 def mv_commits(h: Harness, name: str) -> list[tuple[int, int, dict[str, int], str]]:
+    return refresh_commits(h.spark, h.settings, name)
+
+
+def refresh_commits(spark: Any, settings: Settings, name: str) -> list[tuple[int, int, dict[str, int], str]]:
     """(Delta version, epoch, watermark, run id) of every refresh commit of an MV, oldest first."""
     out = []
-    for commit in reversed(delta_history(h.spark, h.settings, name)):
+    for commit in reversed(delta_history(spark, settings, name)):
         meta = decode_user_metadata(commit["userMetadata"])
         if meta is not None:
             out.append((commit["version"], meta.epoch, meta.watermark, meta.run_id))
@@ -180,6 +185,21 @@ def assert_applied_once(commits: list[tuple[int, int, dict[str, int], str]]) -> 
     assert len(seen) == len(set(seen)), f"a refresh result was applied twice: {commits}"
     epochs = [epoch for _, epoch, _, _ in commits]
     assert epochs == sorted(epochs), f"an older epoch committed after a newer one: {commits}"
+
+
+def unended_runs(settings: Settings, before_ms: int) -> list[str]:
+    """Runs that started before ``before_ms`` and have no end record in the runs topic."""
+    running: dict[str, dict[str, Any]] = {}
+    ended: set[str] = set()
+    for message in read_to_end(settings, "runs"):
+        record = message.value
+        if record is None:
+            continue
+        if record["state"] == "RUNNING":
+            running[record["run_id"]] = record
+        elif record["state"] in TERMINAL:
+            ended.add(record["run_id"])
+    return sorted(r for r, rec in running.items() if r not in ended and rec["started_at"] < before_ms)
 
 
 def caught_up(h: Harness, task_id: str, table: str) -> bool:

@@ -24,14 +24,13 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import wait_until
-from tests.integration.fleet import step
+from tests.integration.fleet import step, unended_runs
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port
 from workers.jobs.tables import append, create_table
-from workers.kafka.typed import read_to_end
 from workers.warehouse import latest_version
 from workers.worker.runner import SPARK_READY
 
@@ -42,7 +41,6 @@ OUTAGE_S = 12.0  # > the heartbeat timeout and the group session (3 s): both exp
 BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
 BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
 MVS = {"by_region": BY_REGION, "big": BIG}
-TERMINAL = {"COMPLETED", "SKIPPED", "ERROR", "CANCELED"}
 
 
 @pytest.fixture
@@ -61,25 +59,11 @@ def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> 
     return mv_rows(spark, settings, name) == query_rows(spark, settings, MVS[name])
 
 
-def unended_runs(settings: Settings, before_ms: int) -> list[str]:
-    """Runs that started before ``before_ms`` and have no end record in the runs topic."""
-    running: dict[str, dict[str, Any]] = {}
-    ended: set[str] = set()
-    for message in read_to_end(settings, "runs"):
-        record = message.value
-        if record is None:
-            continue
-        if record["state"] == "RUNNING":
-            running[record["run_id"]] = record
-        elif record["state"] in TERMINAL:
-            ended.add(record["run_id"])
-    return sorted(r for r, rec in running.items() if r not in ended and rec["started_at"] < before_ms)
-
-
 def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, tmp_path: Path) -> None:
     settings = Settings.from_env(
         bootstrap_servers=broker.bootstrap_servers,
         embedded=False,
+        replication_factor=1,  # one broker
         namespace=f"outage{uuid.uuid4().hex[:8]}",
         warehouse=str(tmp_path / "warehouse"),
         session_timeout_ms=3000,

@@ -170,6 +170,7 @@ def chaos_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
     return Settings.from_env(
         bootstrap_servers=kafka_bootstrap,
         embedded=False,
+        replication_factor=1,  # one broker
         namespace=f"chaos{uuid.uuid4().hex[:8]}",
         warehouse=str(tmp_path_factory.mktemp("chaos") / "warehouse"),
         session_timeout_ms=3000,

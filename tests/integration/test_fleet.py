@@ -57,6 +57,7 @@ def fleet_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactor
     return Settings.from_env(
         bootstrap_servers=kafka_bootstrap,
         embedded=False,
+        replication_factor=1,  # one broker
         namespace=f"fleet{uuid.uuid4().hex[:8]}",
         warehouse=str(tmp_path_factory.mktemp("fleet") / "warehouse"),
         session_timeout_ms=3000,

@@ -96,6 +96,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Se
     base = Settings(
         bootstrap_servers=broker.bootstrap_servers,
         embedded=False,
+        replication_factor=1,  # one broker
         namespace=f"s{uuid.uuid4().hex[:8]}",
         warehouse=str(Path(tmp_path_factory.mktemp("secure-warehouse"))),
         session_timeout_ms=3000,

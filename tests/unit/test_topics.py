@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from workers.codec import get_codec
 from workers.config import Settings
-from workers.kafka.admin import replication_factor
 from workers.kafka.clients import consumer_config, producer_config
 from workers.kafka.errors import BusError, is_transient
 from workers.kafka.messages import murmur2, partition_for
 from workers.kafka.retry import kafka_policy
-from workers.topics import OWNERSHIP_TOPICS, TopicConfigError, load_topics, logical_name, topic_spec, topics
+from workers.topics import (
+    OWNERSHIP_TOPICS,
+    TopicConfigError,
+    load_topics,
+    logical_name,
+    replication_factor,
+    topic_config,
+    topic_spec,
+    topics,
+)
 
 EXPECTED = {
     "ddl": (1, "io.mvs.DdlEvent", "delete"),
@@ -39,7 +46,7 @@ def test_declared_topics() -> None:
             schema,
             policy,
         )
-        assert spec.replication_factor == 1 and spec.purpose
+        assert spec.replication_factor == 3 and spec.config["min.insync.replicas"] == "2" and spec.purpose
     assert len({declared[n].partitions for n in OWNERSHIP_TOPICS}) == 1
     assert "retention.bytes" in declared["runs"].config
     assert float(declared["catalog"].config["min.cleanable.dirty.ratio"]) <= 0.1
@@ -77,11 +84,20 @@ def test_bad_declarations(tmp_path: Path) -> None:
         load_topics(tmp_path)
 
 
-def test_replication_factor_override() -> None:
+def test_replication_factor_and_min_insync_replicas_follow_the_deployment() -> None:
     spec = topic_spec("catalog")
+    cluster = Settings(bootstrap_servers="k1:9092,k2:9092,k3:9092", embedded=False)
+    assert replication_factor(cluster, spec) == 3
+    assert topic_config(cluster, spec)["min.insync.replicas"] == "2"
+    # The embedded broker is one node; MVS_REPLICATION_FACTOR overrides every declaration.
     assert replication_factor(Settings(), spec) == 1
-    # A deployment-wide Settings.replication_factor (if the field exists) wins over declarations.
-    assert replication_factor(SimpleNamespace(replication_factor=3), spec) == 3  # type: ignore[arg-type]
+    assert topic_config(Settings(), spec)["min.insync.replicas"] == "1"
+    single = Settings.from_env({"MVS_BOOTSTRAP_SERVERS": "k:9092", "MVS_REPLICATION_FACTOR": "1"})
+    assert replication_factor(single, spec) == 1 and topic_config(single, spec)["min.insync.replicas"] == "1"
+    five = replace(cluster, replication_factor=5)
+    assert replication_factor(five, spec) == 5 and topic_config(five, spec)["min.insync.replicas"] == "2"
+    two = replace(cluster, replication_factor=2)
+    assert topic_config(two, spec)["min.insync.replicas"] == "1"
 
 
 def test_client_configs() -> None:

@@ -69,6 +69,13 @@ class EmbeddedKafka:
     security: str = "none"
     # sasl_ssl: user name → password; None reads <data dir>/users.json (DEV_USERS when absent).
     users: Mapping[str, str] | None = None
+    # A node of a multi-broker cluster (``workers.embedded.kafka_cluster``): its id, the controller
+    # quorum ("1@host:port,2@host:port,..."; None = this node alone), the cluster id every node is
+    # formatted with, and the replication of Kafka's internal topics (offsets, transactions).
+    node_id: int = 1
+    voters: str | None = None
+    cluster_id: str | None = None
+    internal_replication: int = 1
     _process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -103,24 +110,25 @@ class EmbeddedKafka:
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        replication, min_isr = str(self.internal_replication), str(max(1, self.internal_replication - 1))
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir / "data"),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": replication,
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            # A single-node broker: no reason to delay the first rebalance of a group.
+            "share.coordinator.state.topic.replication.factor": replication,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            # No reason to delay the first rebalance of a group: tests and the demo start at once.
             "group.initial.rebalance.delay.ms": "0",
             # Let tests and the demo use short session timeouts for fast failover.
             "group.min.session.timeout.ms": "1000",
@@ -142,21 +150,26 @@ class EmbeddedKafka:
         log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}"
         return ["java", f"-Xmx{self.heap}", "-XX:+UseG1GC", log4j, "-cp", self._classpath(), main, *args]
 
+    def new_cluster_id(self) -> str:
+        """A fresh KRaft cluster id (Kafka's own ``random-uuid``)."""
+        result = subprocess.run(
+            self._java("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=True
+        )
+        return result.stdout.strip().splitlines()[-1]
+
     def start(self, timeout_s: float = 60.0) -> EmbeddedKafka:
+        self.launch()
+        self.wait_started(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Format the storage (first start) and start the JVM, without waiting: the nodes of a
+        cluster start together, since none says it started before a quorum of controllers is up."""
         if _port_open(self.port):
             raise BrokerError(f"port {self.port} is already in use; is a broker already running?")
         config = self._write_config()
         if not (self.data_dir / "data" / "meta.properties").exists():
-            cluster_id = (
-                subprocess.run(
-                    self._java("kafka.tools.StorageTool", "random-uuid"),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                .stdout.strip()
-                .splitlines()[-1]
-            )
+            cluster_id = self.cluster_id or self.new_cluster_id()
             subprocess.run(
                 self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
                 capture_output=True,
@@ -169,10 +182,8 @@ class EmbeddedKafka:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._wait_started(timeout_s)
-        return self
 
-    def _wait_started(self, timeout_s: float) -> None:
+    def wait_started(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self._process is not None

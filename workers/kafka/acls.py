@@ -34,11 +34,18 @@ from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from workers.config import Settings
-from workers.kafka.admin import _await_ready, _create, _metadata, _result, _shared_admin, replication_factor
+from workers.kafka.admin import _await_ready, _create, _metadata, _result, _shared_admin
 from workers.kafka.clients import lazy_admin
 from workers.kafka.errors import BusError
 from workers.kafka.retry import ADMIN_RETRY, METADATA_RETRY, RetryPolicy
-from workers.topics import INBOX_TEMPLATE, TopicConfigError, inbox_topic, template_spec
+from workers.topics import (
+    INBOX_TEMPLATE,
+    TopicConfigError,
+    inbox_topic,
+    replication_factor,
+    template_spec,
+    topic_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +227,8 @@ def create_inboxes(
         physical = inbox.physical(settings)
         if physical in existing:
             continue
-        new = NewTopic(
-            physical, inbox.partitions, replication_factor(settings, inbox), config=dict(inbox.config)
-        )
+        rf, config = replication_factor(settings, inbox), topic_config(settings, inbox)
+        new = NewTopic(physical, inbox.partitions, rf, config=config)
         if retry.call(functools.partial(_create, admin, new)):
             created.append(inbox.name)
     if created:

@@ -27,7 +27,7 @@ from workers.config import Settings
 from workers.kafka.clients import heartbeat_interval_ms, lazy_admin
 from workers.kafka.errors import BusError
 from workers.kafka.retry import ADMIN_RETRY, METADATA_RETRY, RetryPolicy
-from workers.topics import TopicSpec, topics
+from workers.topics import TopicSpec, replication_factor, topic_config, topics
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,6 @@ class TopicStatus:
         return sum(high - low for low, high in self.offsets.values())
 
 
-def replication_factor(settings: Settings, spec: TopicSpec) -> int:
-    # Settings.replication_factor (when the deployment sets one) overrides every declaration.
-    override = getattr(settings, "replication_factor", None)
-    return int(override) if override else spec.replication_factor
-
-
 def _result(what: str, future: Any, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
     try:
         return future.result(timeout=timeout_s)
@@ -111,6 +105,13 @@ def _create(admin: AdminClient, topic: NewTopic) -> bool:
     except BusError as exc:
         if exc.code == "TOPIC_ALREADY_EXISTS":
             return False
+        if exc.code == "INVALID_REPLICATION_FACTOR":  # topics/ declares 3: a smaller cluster must say so
+            raise BusError(
+                f"{exc} (topics/ declares {topic.replication_factor} replicas: on fewer brokers set "
+                "MVS_REPLICATION_FACTOR)",
+                code=exc.code,
+                misconfigured=True,
+            ) from exc
         raise
     return True
 
@@ -135,7 +136,7 @@ def _drift(spec: TopicSpec, settings: Settings, metadata: Any, configs: Mapping[
     if replicas and replicas != {declared_rf}:
         actual = ",".join(map(str, sorted(replicas)))
         found.append(Drift(spec.name, "replication_factor", str(declared_rf), actual))
-    for key, value in spec.config.items():
+    for key, value in topic_config(settings, spec).items():
         entry = configs.get(key)
         value_now = None if entry is None else entry.value
         if value_now != value:
@@ -166,7 +167,7 @@ def apply_topics(
         physical = settings.topic(spec.name)
         if physical not in existing:
             rf = replication_factor(settings, spec)
-            new = NewTopic(physical, spec.partitions, rf, config=dict(spec.config))
+            new = NewTopic(physical, spec.partitions, rf, config=topic_config(settings, spec))
             if retry.call(functools.partial(_create, admin, new)):
                 created.append(spec.name)
                 continue
@@ -180,6 +181,26 @@ def apply_topics(
         expected = {settings.topic(name): specs[name].partitions for name in created}
         wait.call(functools.partial(_await_ready, admin, expected))
     return TopicsReport(tuple(created), tuple(drift), tuple(unchanged))
+
+
+def partition_leader(settings: Settings, logical: str, partition: int) -> int:
+    """Broker id leading ``partition`` of topic ``logical`` (-1 while it has no leader)."""
+    metadata = ADMIN_RETRY.call(functools.partial(_metadata, lazy_admin(settings).get()))
+    return int(metadata[settings.topic(logical)].partitions[partition].leader)
+
+
+def under_replicated(settings: Settings, *, retry: RetryPolicy = ADMIN_RETRY) -> dict[str, list[int]]:
+    """Partitions of mvs's topics whose in-sync replicas are fewer than their replicas (a broker down,
+    or back and still catching up), by logical topic; {} when every replica is in sync."""
+    admin = lazy_admin(settings).get()
+    metadata = retry.call(functools.partial(_metadata, admin))
+    lagging: dict[str, list[int]] = {}
+    for spec in topics().values():
+        meta = metadata.get(settings.topic(spec.name))
+        for number, partition in sorted(meta.partitions.items()) if meta is not None else []:
+            if len(partition.isrs) < len(partition.replicas):
+                lagging.setdefault(spec.name, []).append(number)
+    return lagging
 
 
 def _offsets(admin: AdminClient, partitions: list[TopicPartition], spec: Any) -> dict[int, int]:

@@ -1,0 +1,93 @@
+"""A replicated Kafka cluster from the same broker jars: N KRaft nodes, each broker and controller.
+
+Every node is an ``EmbeddedKafka`` of its own (its own JVM, ports and data folder), formatted with
+one cluster id and one controller quorum, so any minority of nodes can die (kill -9) and the rest
+keep a controller and the partition leaders. Kafka's internal topics (consumer offsets,
+transactions) are replicated to every node, with ``min.insync.replicas`` one less; mvs's own topics
+take the replication of ``topics/`` (``MVS_REPLICATION_FACTOR`` unset).
+
+    python -m workers.embedded.kafka_cluster --nodes 3      # foreground, Ctrl-C stops it
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.config import CACHE_DIR
+from workers.embedded.broker import EmbeddedKafka, free_port
+
+
+@dataclass
+class KafkaCluster:
+    data_dir: Path
+    nodes: int = 3
+    heap: str = "384m"
+    # Node i listens on base_port + 2i (clients) and + 2i + 1 (controller); None = free ports (tests).
+    base_port: int | None = None
+    brokers: list[EmbeddedKafka] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        base = self.base_port
+        ports = [
+            (base + 2 * i, base + 2 * i + 1) if base else (free_port(), free_port())
+            for i in range(self.nodes)
+        ]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+        for i, (port, controller) in enumerate(ports):
+            node = EmbeddedKafka(
+                self.data_dir / f"node{i + 1}",
+                port=port,
+                controller_port=controller,
+                heap=self.heap,
+                node_id=i + 1,
+                voters=voters,
+                internal_replication=self.nodes,
+            )
+            self.brokers.append(node)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(broker.bootstrap_servers for broker in self.brokers)
+
+    def start(self, timeout_s: float = 120.0) -> KafkaCluster:
+        cluster_id = self.brokers[0].new_cluster_id()  # used only by nodes not formatted yet
+        for broker in self.brokers:
+            broker.cluster_id = cluster_id
+            broker.launch()
+        for broker in self.brokers:
+            broker.wait_started(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.embedded.kafka_cluster")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=CACHE_DIR / "kafka-cluster")
+    parser.add_argument("--port", type=int, default=29092, help="node i: port + 2i, controller port + 2i + 1")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with KafkaCluster(args.data_dir, nodes=args.nodes, base_port=args.port) as cluster:
+        print(f"kafka cluster of {args.nodes} serving on {cluster.bootstrap_servers}", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
