@@ -133,7 +133,7 @@ def test_schemas_apply_registers_backward_and_names_the_incompatible_field(
     report = apply_schemas(registry_settings, codec=breaking)
     (refused,) = report.incompatible
     assert refused.subject == results and refused.record_type == "io.mvs.DdlResult"
-    assert "field 'reviewer'" in str(refused.problem)
+    assert "field 'reviewer': added without a default" in str(refused.problem)
     assert registry.registered(results) == Codec().schema_json("DdlResult")  # nothing kept
 
     # The command says the same on stderr and exits 1; a compatible change (a default) registers.

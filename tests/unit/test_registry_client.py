@@ -97,10 +97,10 @@ def test_registry_diff_paths_become_field_names() -> None:
     message = (
         "RuleViolationException: Incompatible artifact: mvs.ddl.results-value [AVRO], num of "
         "incompatible diffs: {2}, list of diff types: [reader type: INT not compatible with writer "
-        "type: STRING at /fields/0/type, READER_FIELD_MISSING_DEFAULT_VALUE at /fields/4]"
+        "type: STRING at /fields/0/type, at at /fields/4]"
     )
     assert name_fields(message, schema) == (
         "field 'event_id': reader type: INT not compatible with writer type: STRING; "
-        "field 'at': READER_FIELD_MISSING_DEFAULT_VALUE"
+        "field 'at': added without a default (older records do not have it)"
     )
     assert name_fields("something else", schema) == "something else"

@@ -73,7 +73,13 @@ def name_fields(message: str, schema: Mapping[str, Any]) -> str:
     found = _DIFFS.search(message)
     if not found:
         return message
-    diffs = [f"field {field_path(schema, at)!r}: {what.strip()}" for what, at in _AT.findall(found[1])]
+    diffs = []
+    for what, at in _AT.findall(found[1]):
+        field = field_path(schema, at)
+        # Avro's compatibility check reports READER_FIELD_MISSING_DEFAULT_VALUE as the field's name.
+        if what.strip() == field.rpartition(".")[2]:
+            what = "added without a default (older records do not have it)"
+        diffs.append(f"field {field!r}: {what.strip()}")
     return "; ".join(diffs) or message
 
 
