@@ -1,9 +1,8 @@
 """TypedConsumer: decoded records out, undecodable ones to the dlq, explicit synchronous commits.
 
-Values are read in both wire forms (Avro single-object encoding, and the Confluent wire format when
-``Settings.schema_registry_url`` is set), so a topic may hold both while a fleet switches. A writer
-schema the registry cannot give now (``workers.kafka.registry``) is not the record's fault: the
-record is read again on the next poll, never dead-lettered.
+Both wire forms are read (single-object; Confluent with ``Settings.schema_registry_url``): a topic
+may hold both while a fleet switches. A writer schema the registry cannot give now is not the
+record's fault: the record is read again on the next poll, never dead-lettered.
 
 Offsets: every record ``poll`` hands out (or dead-letters) is *stored* by librdkafka;
 ``commit()`` commits what is stored, ``commit(message)`` commits up to that message, and a
