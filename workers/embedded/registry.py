@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
 from workers.embedded.broker import free_port
+from workers.embedded.processes import terminate
 
 REGISTRY_HOME = CACHE_DIR / "registry" / "app"
 REGISTRY_JAR = REGISTRY_HOME / "apicurio-registry-app-3.0.9-runner.jar"
@@ -108,14 +108,7 @@ class EmbeddedRegistry:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        terminate(process, timeout_s)
 
     def __enter__(self) -> EmbeddedRegistry:
         return self.start()
