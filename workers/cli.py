@@ -1,6 +1,7 @@
 """`mvs`: publish DDL, run the roles, and inspect the control plane.
 
 mvs topics apply                  create missing topics, report drift
+mvs schemas apply                 register schemas/ in the schema registry (MVS_SCHEMA_REGISTRY_URL)
 mvs acls apply|show --coordinator User:c --worker User:w --ddl-producer User:alice --operator User:ops
                                   create (or print) the minimal ACLs per role and the DDL inboxes
 mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coordinator's answer
@@ -52,6 +53,7 @@ from workers.cli_failures import (
     failure,
     within,
 )
+from workers.cli_schemas import add_parser as add_schemas_parser
 from workers.config import DEFAULT_CLIENT_TIMEOUT_S, Settings
 
 __all__ = [
@@ -104,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="manage the topics declared in topics/", parents=[bounded])
     topics.add_argument("action", choices=["apply"])
     topics.set_defaults(func=cmd_topics, watchdog=True)
+    add_schemas_parser(sub)
     acls = sub.add_parser(
         "acls", help="create (apply) or print (show) the minimal ACLs per role", parents=[bounded]
     )

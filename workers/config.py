@@ -28,6 +28,10 @@ in docker compose, or against an existing cluster:
   allow-list of ``workers.ddl.allowlist`` (e.g. a UDF the operator registered and trusts).
 - ``MVS_API_HOST`` / ``MVS_API_PORT``: where ``mvs serve`` listens (default ``127.0.0.1:8083``,
   Kafka Connect's port; ``0.0.0.0`` to serve other machines).
+- ``MVS_SCHEMA_REGISTRY_URL``: a Confluent-compatible schema registry (e.g. Apicurio's
+  ``http://host:8080/apis/ccompat/v7``): records are written in the Confluent wire format, subjects
+  ``<topic>-value``; unset: Avro single-object encoding. Readers read both either way (the
+  Confluent form only with a registry).
 - ``MVS_API_TIMEOUT_S``: how long one REST API request waits for the bus before answering 503
   (a DDL request: for the coordinator's answer, then 504; default 10).
 """
@@ -114,6 +118,8 @@ class Settings:
     # Replication of every mvs topic, overriding topics/ (3, min.insync.replicas 2): 1 for a single
     # broker (MVS_REPLICATION_FACTOR=1; the embedded broker is one node, so embedded means 1).
     replication_factor: int | None = None
+    # A Confluent-compatible schema registry: records in the Confluent wire format (workers.kafka.registry).
+    schema_registry_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -139,6 +145,7 @@ class Settings:
             api_port=int(env.get("MVS_API_PORT", str(cls.api_port))),
             api_timeout_s=float(env.get("MVS_API_TIMEOUT_S", str(cls.api_timeout_s))),
             replication_factor=int(env.get("MVS_REPLICATION_FACTOR") or 0) or None,
+            schema_registry_url=env.get("MVS_SCHEMA_REGISTRY_URL") or None,
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -47,6 +47,8 @@ def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = No
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if settings.schema_registry_url:
+        env["MVS_SCHEMA_REGISTRY_URL"] = settings.schema_registry_url
     if settings.replication_factor:
         env["MVS_REPLICATION_FACTOR"] = str(settings.replication_factor)
     for key, value in settings.kafka_options.items():

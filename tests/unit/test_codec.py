@@ -117,7 +117,8 @@ def test_unknown_and_non_record_types_are_refused() -> None:
     ("data", "reason"),
     [
         (b"\xc3\x01\x00", "truncated: 3 bytes"),
-        (b"\x00\x01" + bytes(8) + b"\x00", "bad magic 0001"),
+        (b"\x01\x01" + bytes(8) + b"\x00", "bad magic 0101"),
+        (b"\x00\x01" + bytes(8) + b"\x00", "Confluent wire format (schema id 16777216) but no"),
         (b"\xc3\x01" + bytes(8) + b"\x00", "unknown schema fingerprint 0000000000000000"),
     ],
 )

@@ -1,9 +1,12 @@
-"""Avro records of mvs: schemas in ``schemas/``, single-object encoding (the only fastavro user)."""
+"""Avro records of mvs: schemas in ``schemas/``, single-object encoding or the Confluent wire format
+(the only fastavro user)."""
 
 from workers.codec.codec import (
     Codec,
     CodecError,
     DecodeError,
+    SchemaLookup,
+    confluent_schema_id,
     decode,
     encode,
     get_codec,
@@ -18,6 +21,8 @@ __all__ = [
     "DecodeError",
     "Record",
     "SchemaError",
+    "SchemaLookup",
+    "confluent_schema_id",
     "decode",
     "encode",
     "get_codec",

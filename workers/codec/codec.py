@@ -1,17 +1,24 @@
-"""Avro single-object encoding of mvs records (the only place that imports fastavro).
+"""Avro encodings of mvs records (the only place that imports fastavro).
 
-Wire form (Avro spec, "Single-object encoding"): ``C3 01`` + the 8-byte little-endian
-CRC-64-AVRO fingerprint of the writer schema's parsing canonical form + the binary body.
-The fingerprint names the writer schema, so a reader decodes records written with any
-schema it knows: the current ones and those in ``schemas/history/`` (resolved to the
-current shape, so role code only ever sees current dicts).
+Two wire forms, both read by ``decode``:
+
+- Single-object encoding (Avro spec; the default): ``C3 01`` + the 8-byte little-endian
+  CRC-64-AVRO fingerprint of the writer schema's parsing canonical form + the binary body.
+  The fingerprint names the writer schema, so a reader decodes records written with any
+  schema it knows: the current ones and those in ``schemas/history/`` (resolved to the
+  current shape, so role code only ever sees current dicts).
+- The Confluent wire format (with a schema registry): ``00`` + the 4-byte big-endian schema id
+  the registry gave the writer schema + the same body. The codec only frames: the id comes from
+  the caller (``workers.kafka.registry``), and so does the writer schema of an id it reads
+  (a ``SchemaLookup``); the schema is then resolved to the current shape like a fingerprint's.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,21 @@ from workers.records import Record
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 NAMESPACE = "io.mvs"
+CONFLUENT_MAGIC = b"\x00"
+CONFLUENT_HEADER_SIZE = len(CONFLUENT_MAGIC) + 4
+# The writer schema (JSON text) a registry holds under a schema id; raises if it cannot say.
+SchemaLookup = Callable[[int], str]
+
+
+def confluent_header(schema_id: int) -> bytes:
+    return CONFLUENT_MAGIC + schema_id.to_bytes(4, "big")
+
+
+def confluent_schema_id(data: bytes) -> int | None:
+    """The schema id of Confluent-framed bytes; None for any other form."""
+    if len(data) < CONFLUENT_HEADER_SIZE or data[:1] != CONFLUENT_MAGIC:
+        return None
+    return int.from_bytes(data[1:CONFLUENT_HEADER_SIZE], "big")
 
 
 class CodecError(ValueError):
@@ -80,11 +102,11 @@ def _writer(schema: dict[str, Any]) -> _Writer:
     )
 
 
-def _write(writer: _Writer, record: Mapping[str, Any]) -> bytes:
+def _write(header: bytes, writer: _Writer, record: Mapping[str, Any]) -> bytes:
     """fastavro's compiled writer, as strict as it goes: unknown fields and missing fields without
     a default raise, and a tuple is not taken as a union branch name (tuple notation)."""
     out = io.BytesIO()
-    out.write(writer.header)
+    out.write(header)
     schemaless_writer(out, writer.parsed, record, strict_allow_default=True, disable_tuple_notation=True)
     return out.getvalue()
 
@@ -110,6 +132,9 @@ class Codec:
             MAGIC + fp: (w, None if self._current[w.name] is w else self._current[w.name].parsed)
             for fp, w in self._by_fingerprint.items()
         }
+        # Writer schemas a registry returned (by JSON text), resolved like the headers above.
+        self._by_registry_schema: dict[str, tuple[_Writer, Any]] = {}
+        self._json = {name: json.dumps(w.schema) for name, w in self._current.items()}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -130,6 +155,10 @@ class Codec:
         """The self-contained JSON schema currently written for ``record_type``."""
         return self._current[self.resolve(record_type)].schema
 
+    def schema_json(self, record_type: str) -> str:
+        """``schema`` as the JSON text a registry is given (the same str object every call)."""
+        return self._json[self.resolve(record_type)]
+
     def fingerprint(self, record_type: str) -> bytes:
         return self._current[self.resolve(record_type)].fingerprint
 
@@ -140,35 +169,42 @@ class Codec:
         if problem:
             raise CodecError(f"invalid {name}: {problem}")
 
-    def encode(self, record_type: str, record: Mapping[str, Any]) -> bytes:
-        """Single-object bytes of ``record``; ``CodecError`` names the first field that does not
+    def encode(self, record_type: str, record: Mapping[str, Any], schema_id: int | None = None) -> bytes:
+        """Single-object bytes of ``record`` (Confluent-framed with ``schema_id``, the id a registry
+        gave ``schema_json(record_type)``); ``CodecError`` names the first field that does not
         match the schema. Fast path: the guard, then fastavro's compiled writer; the validator
         runs only when one of them refuses the record, to say why."""
         writer = self._by_name.get(record_type) or self._current[self.resolve(record_type)]
         if not writer.is_record:
             raise CodecError(f"{writer.name} is not a record type; only records are encoded on their own")
+        header = writer.header if schema_id is None else confluent_header(schema_id)
         failure: Exception | None = None
         if writer.guard(record):
             try:
-                return _write(writer, record)
+                return _write(header, writer, record)
             except Exception as exc:  # fastavro raises TypeError, ValueError, AttributeError...
                 failure = exc
         self.validate(writer.name, record)
         if failure is None:  # the guard is stricter than the schema (a Mapping, an int subclass)
             try:
-                return _write(writer, record)
+                return _write(header, writer, record)
             except Exception as exc:
                 failure = exc
         raise CodecError(f"invalid {writer.name}: {type(failure).__name__}: {failure}") from failure
 
-    def decode(self, data: bytes) -> tuple[str, Record]:
-        """(full type name, record in the current shape); ``DecodeError`` says why it is unreadable."""
+    def decode(self, data: bytes, schemas: SchemaLookup | None = None) -> tuple[str, Record]:
+        """(full type name, record in the current shape); ``DecodeError`` says why it is unreadable.
+        Confluent-framed bytes need ``schemas`` (what raises from it propagates: not the record's fault)."""
         found = self._by_header.get(data[:HEADER_SIZE])
+        start = HEADER_SIZE
         if found is None:
-            raise DecodeError(self._unreadable_header(data))
+            schema_id = confluent_schema_id(data)
+            if schema_id is None:
+                raise DecodeError(self._unreadable_header(data))
+            found, start = self._registry_writer(schema_id, schemas), CONFLUENT_HEADER_SIZE
         writer, reader = found
         body = io.BytesIO(data)
-        body.seek(HEADER_SIZE)
+        body.seek(start)
         try:
             record = schemaless_reader(body, writer.parsed, reader)
         except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError... on bad bodies
@@ -179,6 +215,36 @@ class Codec:
         if not isinstance(record, dict):
             raise DecodeError(f"{writer.name} is not a record type")
         return writer.name, record
+
+    def _registry_writer(self, schema_id: int, schemas: SchemaLookup | None) -> tuple[_Writer, Any]:
+        """(writer, reader or None) of a registry's schema id: a known fingerprint's when the
+        registry's schema is one this codec knows, else parsed once and read as the current type."""
+        if schemas is None:
+            raise DecodeError(
+                f"Confluent wire format (schema id {schema_id}) but no schema registry is configured"
+                " (MVS_SCHEMA_REGISTRY_URL)"
+            )
+        text = schemas(schema_id)
+        found = self._by_registry_schema.get(text)
+        if found is not None:
+            return found
+        try:
+            schema = json.loads(text)
+            fingerprint = schema_fingerprint(schema)
+        except Exception as exc:  # not JSON, or not an Avro schema fastavro can canonicalize
+            raise DecodeError(f"schema id {schema_id}: the registry's schema is unreadable: {exc}") from exc
+        found = self._by_header.get(MAGIC + fingerprint)
+        if found is None:
+            name = full_name(schema) if isinstance(schema, dict) and "name" in schema else "?"
+            if name not in self._current:
+                raise DecodeError(f"schema id {schema_id} is {name}, not an mvs record type")
+            try:
+                writer = _writer(schema)
+            except Exception as exc:
+                raise DecodeError(f"schema id {schema_id}: cannot parse {name}: {exc}") from exc
+            found = (writer, self._current[name].parsed)
+        self._by_registry_schema[text] = found
+        return found
 
     @staticmethod
     def _unreadable_header(data: bytes) -> str:
@@ -202,9 +268,9 @@ def get_codec() -> Codec:
         return _codec
 
 
-def encode(record_type: str, record: Mapping[str, Any]) -> bytes:
-    return get_codec().encode(record_type, record)
+def encode(record_type: str, record: Mapping[str, Any], schema_id: int | None = None) -> bytes:
+    return get_codec().encode(record_type, record, schema_id)
 
 
-def decode(data: bytes) -> tuple[str, Record]:
-    return get_codec().decode(data)
+def decode(data: bytes, schemas: SchemaLookup | None = None) -> tuple[str, Record]:
+    return get_codec().decode(data, schemas)

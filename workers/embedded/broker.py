@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
+from workers.embedded.processes import terminate
 from workers.embedded.security import SECURITY_MODES, client_options, load_users, secure_properties
 
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
@@ -198,14 +199,7 @@ class EmbeddedKafka:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        terminate(process, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the broker's process group (kill -9: no controlled shutdown, no flush)."""

@@ -1,5 +1,9 @@
 """TypedConsumer: decoded records out, undecodable ones to the dlq, explicit synchronous commits.
 
+Both wire forms are read (single-object; Confluent with ``Settings.schema_registry_url``): a topic
+may hold both while a fleet switches. A writer schema the registry cannot give now is not the
+record's fault: the record is read again on the next poll, never dead-lettered.
+
 Offsets: every record ``poll`` hands out (or dead-letters) is *stored* by librdkafka;
 ``commit()`` commits what is stored, ``commit(message)`` commits up to that message, and a
 transaction (``workers.kafka.transaction``) commits the positions. A dead-lettered
@@ -35,6 +39,7 @@ from workers.kafka.clients import lazy_consumer
 from workers.kafka.deadletter import DeadLetterQueue, DeadLetterSink, undecodable
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message, header_text, raw_headers
+from workers.kafka.registry import SchemaRegistry, registry_for
 from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
 from workers.topics import TopicSpec, logical_name, topic_spec
 
@@ -60,6 +65,7 @@ class TypedConsumer:
         config: Mapping[str, str] | None = None,
         codec: Codec | None = None,
         dlq_producer: DeadLetterSink | None = None,
+        registry: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.group_id = group_id
@@ -67,6 +73,8 @@ class TypedConsumer:
         throwaway = f"{settings.namespace}.reader.{uuid.uuid4().hex}"
         self._client = lazy_consumer(settings, group_id or throwaway, config)
         self._codec = codec
+        registry = registry or registry_for(settings)
+        self._schemas = None if registry is None else registry.schema_for
         self._dlq = DeadLetterQueue(settings, dlq_producer)
         self._pending: dict[_TP, int] = {}  # next offset after the last handed-out, uncommitted record
         self._consumed: dict[_TP, int] = {}  # next offset after the last record polled (incl. dead-lettered)
@@ -193,7 +201,11 @@ class TypedConsumer:
         tp = (str(raw.topic()), int(raw.partition() or 0))
         offset = int(raw.offset() or 0)
         self._consumed[tp] = offset + 1
-        decoded = self._decode(raw)
+        try:
+            decoded = self._decode(raw)
+        except BusError:
+            self._read_again(tp, offset)  # the registry is away: not lost, not dead-lettered
+            raise
         if isinstance(decoded, Message):
             self._pending[tp] = offset + 1
             return decoded
@@ -242,21 +254,24 @@ class TypedConsumer:
         if spec.value_schema is None:
             return self._message(raw, value=None, record_type=None, raw_value=value)
         try:
-            record_type, record = self.codec.decode(value)
+            record_type, record = self.codec.decode(value, self._schemas)
         except DecodeError as exc:
             return exc.reason
         if record_type != spec.value_schema:
             return f"{record_type} does not belong on topic {spec.name} (expects {spec.value_schema})"
         return self._message(raw, value=record, record_type=record_type)
 
+    def _read_again(self, tp: _TP, offset: int) -> None:
+        """Not lost: the next poll reads the record at ``offset`` again."""
+        self._client.get().seek(TopicPartition(tp[0], tp[1], offset))
+        self._consumed[tp] = offset
+
     def _dead_letter(self, raw: RawMessage, reason: str) -> None:
         topic, partition, offset = str(raw.topic()), int(raw.partition() or 0), int(raw.offset() or 0)
         try:
             self._dlq.put(undecodable(raw, reason))
         except BusError:
-            # Not lost: read it again on the next poll.
-            self._client.get().seek(TopicPartition(topic, partition, offset))
-            self._consumed[(topic, partition)] = offset
+            self._read_again((topic, partition), offset)
             raise
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, reason)
         if self.group_id and (topic, partition) not in self._pending:

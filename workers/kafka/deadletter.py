@@ -8,13 +8,13 @@ the role's transaction). Both carry their own headers plus the ``mvs.error`` / `
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError
 from confluent_kafka import Message as RawMessage
 
-from workers.codec import Codec
 from workers.config import Settings
 from workers.kafka.clients import lazy_producer
 from workers.kafka.errors import BusError
@@ -52,13 +52,21 @@ def undecodable(raw: RawMessage, reason: str) -> DeadLetter:
     return DeadLetter(raw.key(), raw.value(), raw_headers(raw) + where)
 
 
-def unhandled(message: Message, reason: str, settings: Settings, codec: Codec) -> DeadLetter:
-    """A decoded record role code could not handle, re-encoded (or its repr, if even that fails)."""
+def unhandled(
+    message: Message,
+    reason: str,
+    settings: Settings,
+    encode: Callable[[str, Mapping[str, Any]], bytes],
+) -> DeadLetter:
+    """A decoded record role code could not handle, re-encoded as ``encode(topic, record)`` writes
+    it to its topic (or its repr, if even that fails)."""
     spec = topic_spec(message.topic)
     value: bytes | None = message.raw
     if value is None and message.value is not None and spec.value_schema is not None:
         try:
-            value = codec.encode(spec.value_schema, message.value)
+            value = encode(message.topic, message.value)
+        except BusError:
+            raise  # the bus (or its schema registry) is away, not the record's fault: try again
         except Exception:  # the record is what could not be handled: keep what can be kept
             value = repr(message.value).encode()
     headers: RawHeaders = [(k, v.encode()) for k, v in message.headers]

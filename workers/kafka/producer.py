@@ -1,4 +1,5 @@
-"""TypedProducer: records in, Avro single-object bytes out, optionally in Kafka transactions."""
+"""TypedProducer: records in, Avro bytes out (single-object encoding, or the Confluent wire format
+with a schema registry), optionally in Kafka transactions."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from workers.kafka.clients import lazy_producer
 from workers.kafka.deadletter import DLQ_TOPIC, unhandled
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message, RawHeaders
+from workers.kafka.registry import SchemaRegistry, registry_for, value_subject
 from workers.kafka.retry import TXN_RETRY, RetryPolicy
 from workers.kafka.transaction import OffsetSource, Transaction
 from workers.topics import topic_spec
@@ -50,11 +52,14 @@ class TypedProducer:
         codec: Codec | None = None,
         txn_retry: RetryPolicy = TXN_RETRY,
         txn_timeout_s: float = 30.0,
+        registry: SchemaRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.transactional_id = transactional_id
         self._client = lazy_producer(settings, transactional_id=transactional_id, extra=config)
         self._codec = codec
+        # With a registry every value is Confluent-framed; without one, single-object encoded.
+        self._registry = registry or registry_for(settings)
         self.transaction = Transaction(
             self._client, transactional_id, retry=txn_retry, timeout_s=txn_timeout_s
         )
@@ -85,13 +90,23 @@ class TypedProducer:
 
         ``partition`` overrides the key's partition (a command broadcast to every owner).
         ``on_delivery`` gets the record's outcome instead of ``flush`` raising its error."""
-        physical, schema = self._route(topic)
-        if schema is None:
-            raise TypeError(f"topic {topic!r} has no value schema; it takes raw bytes only")
-        value = self.codec.encode(schema, record)
+        physical = self._route(topic)[0]
+        value = self.encode_value(topic, record)
         raw_headers: RawHeaders | None = [(k, v.encode()) for k, v in headers.items()] if headers else None
         encoded_key = None if key is None else key.encode()
         self._produce(physical, encoded_key, value, raw_headers, partition, on_delivery)
+
+    def encode_value(self, topic: str, record: Mapping[str, Any]) -> bytes:
+        """``record`` as the bytes ``send`` writes to ``topic``. With a registry, the schema's id is
+        looked up once per process (a registry away: a retriable ``BusError`` after
+        ``REGISTRY_RETRY``, nothing queued, the caller keeps the record)."""
+        physical, schema = self._route(topic)
+        if schema is None:
+            raise TypeError(f"topic {topic!r} has no value schema; it takes raw bytes only")
+        if self._registry is None:
+            return self.codec.encode(schema, record)
+        schema_id = self._registry.id_for(value_subject(physical), self.codec.schema_json(schema))
+        return self.codec.encode(schema, record, schema_id)
 
     def send_tombstone(self, topic: str, key: str) -> None:
         """A null value for ``key``: deletes it from a compacted topic (the catalog)."""
@@ -186,7 +201,7 @@ class TypedProducer:
     def send_dead_letter(self, message: Message, reason: str) -> None:
         """Queue ``message`` (re-encoded) on the dlq with why it could not be handled, the way
         ``TypedConsumer`` dead-letters an undecodable record; inside a transaction, if one is open."""
-        letter = unhandled(message, reason, self.settings, self.codec)
+        letter = unhandled(message, reason, self.settings, self.encode_value)
         self.produce_raw(DLQ_TOPIC, letter.key, letter.value, letter.headers)
 
     def flush(self, timeout_s: float = 30.0) -> None:
