@@ -17,4 +17,5 @@ if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
 fi
 bash infra/fetch_jars.sh >/dev/null
 bash infra/setup_registry.sh >/dev/null
+bash infra/setup_compose_schema.sh >/dev/null
 echo "mvs set up: .venv ready, jars in .cache/jars"

@@ -30,6 +30,9 @@ from workers.kafka.errors import BusError
 # A metadata request is retried in slices this long, so a handshake failure reported meanwhile by the
 # error callback ends the probe at once instead of at the deadline.
 _SLICE_S = 1.0
+# The access check is best effort: its request may go to a broker that just died (one of three), and
+# must not spend the command's whole deadline there — the operation itself still reports a denial.
+_ACCESS_CHECK_S = 5.0
 _SECURITY_HINT = "check MVS_KAFKA_SASL_* / MVS_KAFKA_SECURITY_PROTOCOL"
 _TLS_HINT = "check MVS_KAFKA_SECURITY_PROTOCOL / MVS_KAFKA_SSL_*"
 
@@ -96,7 +99,7 @@ def _check_access(admin: AdminClient, needs: Mapping[str, AclOperation], deadlin
     time), the operation itself reports what goes wrong."""
     if not needs:
         return
-    remaining = max(0.1, deadline - time.monotonic())
+    remaining = max(0.1, min(_ACCESS_CHECK_S, deadline - time.monotonic()))
     futures = admin.describe_topics(
         TopicCollection(list(needs)), include_authorized_operations=True, request_timeout=remaining
     )
