@@ -48,7 +48,7 @@ def test_an_mv_over_mvs_is_a_chain_of_columns() -> None:
         mv("report", ["weekly", "regions"]),
         {**mv_log_task()},
     )
-    graph = dependency_graph(tasks)
+    graph = dependency_graph(tasks, {})
     columns = {node["name"]: (node["kind"], node["depth"]) for node in graph["nodes"]}
     assert columns == {
         "regions": ("table", 0),
@@ -57,35 +57,52 @@ def test_an_mv_over_mvs_is_a_chain_of_columns() -> None:
         "weekly": ("mv", 2),
         "report": ("mv", 3),
     }
-    assert {(e["source"], e["target"]) for e in graph["edges"]} == {
-        ("sales", "daily"),
-        ("daily", "weekly"),
-        ("weekly", "report"),
-        ("regions", "report"),
+    # regions → report passes columns 1 and 2 on a row of its own, above daily and weekly
+    assert {(e["source"], e["target"]): e["via_rows"] for e in graph["edges"]} == {
+        ("sales", "daily"): [],
+        ("daily", "weekly"): [],
+        ("weekly", "report"): [],
+        ("regions", "report"): [0, 0],
     }
     nodes = {node["name"]: node for node in graph["nodes"]}
+    assert [nodes[n]["row"] for n in ("regions", "sales", "daily", "weekly", "report")] == [0, 1, 1, 1, 0]
     assert nodes["sales"]["mv_log"] and not nodes["regions"]["mv_log"]
     assert nodes["report"]["task_id"] == "mv:report" and nodes["sales"]["task_id"] is None
     assert nodes["report"]["inputs"] == ["regions", "weekly"]
+    versions = {"sales": 7, "daily": 2, "regions": None}
+    shown = {n["name"]: n["version"] for n in dependency_graph(tasks, versions)["nodes"]}
+    assert shown == {"sales": 7, "regions": None, "daily": 2, "weekly": None, "report": None}
 
 
 def test_rows_follow_their_inputs_so_lines_cross_little() -> None:
     tasks = by_id(mv("on_c", ["c"]), mv("on_a", ["a"]), mv("on_b", ["b"]), mv("on_a_and_c", ["a", "c"]))
-    graph = dependency_graph(tasks)
+    graph = dependency_graph(tasks, {})
     rows = {node["name"]: (node["depth"], node["row"]) for node in graph["nodes"]}
     assert [rows[t] for t in ("a", "b", "c")] == [(0, 0), (0, 1), (0, 2)]
-    # barycenters: on_a 0, on_b 1, on_a_and_c 1 (tie: by name), on_c 2
+    # barycenters: on_a 0, on_b 1, on_a_and_c 1 (tie: the name order), on_c 2
     assert [rows[m] for m in ("on_a", "on_a_and_c", "on_b", "on_c")] == [(1, 0), (1, 1), (1, 2), (1, 3)]
 
 
+def test_a_table_moves_next_to_what_reads_it() -> None:
+    """By name customers would come first; the sweeps put each table beside what reads it: regions
+    by its long edge on the top row, customers below sales, next to top; no two lines cross."""
+    tasks = by_id(
+        mv("top", ["customers", "sales"]), mv("daily", ["sales"]), mv("report", ["daily", "regions"])
+    )
+    graph = dependency_graph(tasks, {})
+    rows = {node["name"]: node["row"] for node in graph["nodes"]}
+    assert rows == {"regions": 0, "sales": 1, "customers": 2, "daily": 1, "top": 2, "report": 0}
+    assert {(e["source"], e["target"]): e["via_rows"] for e in graph["edges"]}[("regions", "report")] == [0]
+
+
 def test_a_cycle_from_an_older_catalog_still_draws() -> None:
-    graph = dependency_graph(by_id(mv("x", ["y"]), mv("y", ["x"])))
+    graph = dependency_graph(by_id(mv("x", ["y"]), mv("y", ["x"])), {})
     assert sorted((n["name"], n["kind"]) for n in graph["nodes"]) == [("x", "mv"), ("y", "mv")]
     assert len(graph["edges"]) == 2
 
 
 def test_no_tasks_no_graph() -> None:
-    assert dependency_graph({}) == {"nodes": [], "edges": []}
+    assert dependency_graph({}, {}) == {"nodes": [], "edges": []}
 
 
 # ---- freshness
@@ -162,7 +179,10 @@ def test_the_overview_is_the_status_with_graph_freshness_and_runs() -> None:
     runs = [run_json(fixture("RunRecord"))]
     overview = overview_json(state, runs, "mvs", lambda table, version: NOW_MS - 5_000)
     assert {k: v for k, v in overview.items() if k in status_json(state, "mvs")} == status_json(state, "mvs")
-    assert [n["name"] for n in overview["graph"]["nodes"]] == ["sales", "sales_by_region"]
+    assert [(n["name"], n["version"]) for n in overview["graph"]["nodes"]] == [
+        ("sales", 18),
+        ("sales_by_region", None),
+    ]
     [only] = overview["freshness"]  # MV logs have none
     assert (only["task_id"], only["status"], only["lag_ms"]) == ("mv:sales_by_region", "fresh", 5_000)
     assert overview["runs"] == runs

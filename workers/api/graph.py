@@ -2,8 +2,9 @@
 catalog entries only (``TaskRecord`` dicts), laid out in columns for the page to draw.
 
 A node's ``depth`` is its column: 0 for a table no MV writes, one more than its deepest input for an
-MV. ``row`` orders a column so that lines cross little: each node sits near the mean row of its
-inputs (the barycenter heuristic, one pass left to right), ties by name.
+MV. An edge that skips columns takes a row of its own in each column it passes, so it never runs
+behind a node (a layered, Sugiyama-style drawing). ``row`` orders a column so that lines cross
+little: each slot sits near the mean row of what it joins (the barycenter heuristic, ``_order``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class GraphNodeJson(TypedDict):
     task_id: str | None  # the MV's refresh task (None for a table)
     inputs: list[str]  # the tables and MVs the MV's query reads (empty for a table)
     mv_log: bool  # an MV log keeps this table's change rows (CREATE MATERIALIZED VIEW LOG)
+    version: int | None  # the table's newest Delta version, where it was read (an MV's input)
     depth: int  # the column: 0 for tables, 1 + the deepest input for an MV
     row: int  # the position in its column, from 0
 
@@ -28,6 +30,7 @@ class GraphNodeJson(TypedDict):
 class GraphEdgeJson(TypedDict):
     source: str  # the table or MV read
     target: str  # the MV that reads it
+    via_rows: list[int]  # an edge past the next column: its row in each column between the two
 
 
 class GraphJson(TypedDict):
@@ -68,42 +71,69 @@ def _depths(inputs: Mapping[str, list[str]]) -> dict[str, int]:
     return depths
 
 
-def dependency_graph(tasks: Mapping[str, Record]) -> GraphJson:
-    """The graph of the catalog's MVs and the tables they read (task id → TaskRecord)."""
+def dependency_graph(tasks: Mapping[str, Record], versions: Mapping[str, int | None]) -> GraphJson:
+    """The graph of the catalog's MVs (task id → TaskRecord) and the tables they read, with the
+    newest Delta versions known (``StatusSnapshot.versions``: the tables MVs read)."""
     inputs = _inputs(tasks)
     task_ids = {task["name"]: task["task_id"] for task in tasks.values() if task["kind"] == "MV"}
-    depths = _depths(inputs)
     logged = {task["name"] for task in tasks.values() if task["kind"] == "MV_LOG"}
     tables = ({source for sources in inputs.values() for source in sources} | logged) - set(inputs)
-    columns: dict[int, list[str]] = {0: sorted(tables)}
-    for name in sorted(inputs, key=lambda n: (depths[n], n)):
-        columns.setdefault(depths[name], []).append(name)
-    rows: dict[str, int] = {}
-    for depth in sorted(columns):
-        column = columns[depth]
-        if depth > 0:
-            column.sort(key=lambda n: (_mean_row(inputs[n], rows), n))
-        rows.update((name, row) for row, name in enumerate(column))
-    nodes: list[GraphNodeJson] = []
-    for depth in sorted(columns):
-        for name in columns[depth]:
-            nodes.append(
-                {
-                    "name": name,
-                    "kind": "mv" if name in inputs else "table",
-                    "task_id": task_ids.get(name) if name in inputs else None,
-                    "inputs": inputs.get(name, []),
-                    "mv_log": name in logged,
-                    "depth": depth,
-                    "row": rows[name],
-                }
-            )
+    depths = {table: 0 for table in tables} | _depths(inputs)
+    # A column's slots: its nodes, and a point for each longer edge that passes through it.
+    slots: dict[int, list[str]] = {}
+    before: dict[str, list[str]] = {}  # a slot → the slots it joins in the column to its left
+    for name in depths:
+        slots.setdefault(depths[name], []).append(name)
+        before[name] = []
+    passes: dict[tuple[str, str], list[str]] = {}
+    for target in sorted(inputs):
+        for source in inputs[target]:
+            previous = source
+            passes[source, target] = []
+            for depth in range(depths[source] + 1, depths[target]):
+                point = f"{source}->{target}@{depth}"  # no name has these characters
+                slots[depth].append(point)
+                before[point] = [previous]
+                passes[source, target].append(point)
+                previous = point
+            before[target].append(previous)
+    rows = _order(slots, before)
+    nodes: list[GraphNodeJson] = [
+        {
+            "name": name,
+            "kind": "mv" if name in inputs else "table",
+            "task_id": task_ids.get(name) if name in inputs else None,
+            "inputs": inputs.get(name, []),
+            "mv_log": name in logged,
+            "version": versions.get(name),
+            "depth": depths[name],
+            "row": rows[name],
+        }
+        for name in sorted(depths, key=lambda n: (depths[n], rows[n]))
+    ]
     edges: list[GraphEdgeJson] = [
-        {"source": source, "target": name} for name in sorted(inputs) for source in inputs[name]
+        {"source": source, "target": target, "via_rows": [rows[point] for point in points]}
+        for (source, target), points in passes.items()
     ]
     return {"nodes": nodes, "edges": edges}
 
 
-def _mean_row(sources: list[str], rows: Mapping[str, int]) -> float:
-    placed = [rows[source] for source in sources if source in rows]
-    return sum(placed) / len(placed) if placed else 0.0
+def _order(slots: dict[int, list[str]], before: Mapping[str, list[str]]) -> dict[str, int]:
+    """Each slot's row: by name, then sweeps left to right (by the slots joined on the left), right
+    to left (on the right) and left to right again, each slot moving to the mean row of what it joins
+    on that side (one that joins nothing there keeps its row; ties keep the order they had)."""
+    after: dict[str, list[str]] = {slot: [] for slot in before}
+    for slot, sources in before.items():
+        for source in sources:
+            after[source].append(slot)
+    rows = {slot: row for column in slots.values() for row, slot in enumerate(sorted(column))}
+    depths = sorted(slots)
+    for neighbours, sweep in ((before, depths[1:]), (after, depths[-2::-1]), (before, depths[1:])):
+        for depth in sweep:
+            slots[depth].sort(key=lambda slot: (_mean_row(neighbours[slot], rows, rows[slot]), rows[slot]))
+            rows.update((slot, row) for row, slot in enumerate(slots[depth]))
+    return rows
+
+
+def _mean_row(neighbours: list[str], rows: Mapping[str, int], alone: int) -> float:
+    return sum(rows[n] for n in neighbours) / len(neighbours) if neighbours else alone

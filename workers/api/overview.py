@@ -55,7 +55,7 @@ def overview_json(
         freshness.append(freshness_json(task, lag, since, snapshot.at_ms))
     return {
         **status_json(snapshot, namespace),
-        "graph": dependency_graph(snapshot.tasks),
+        "graph": dependency_graph(snapshot.tasks, snapshot.versions),
         "freshness": freshness,
         "runs": runs,
     }

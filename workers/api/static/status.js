@@ -78,6 +78,31 @@ function renderRoles(roles) {
   document.getElementById("roles").replaceChildren(...(shown.length ? shown : [el("span", { class: "muted" }, "no live roles")]));
 }
 
+function rowY(row) {
+  return NODE.margin + row * (NODE.height + NODE.gap);
+}
+
+// Right side of the source, through its own row in each column it passes (a straight run where a
+// node would be), to the left side of the target; S-curves between columns.
+function edgePath(from, to, viaRows) {
+  const mid = NODE.height / 2;
+  let x = from.x + NODE.width, y = from.y + mid;
+  let d = `M${x},${y}`;
+  const curveTo = (x2, y2) => {
+    const bend = Math.max(20, (x2 - x) / 2);
+    d += ` C${x + bend},${y} ${x2 - bend},${y2} ${x2},${y2}`;
+    x = x2; y = y2;
+  };
+  viaRows.forEach((row, i) => {
+    const left = from.x + (i + 1) * NODE.column;
+    curveTo(left, rowY(row) + mid);
+    d += ` L${left + NODE.width},${y}`;
+    x = left + NODE.width;
+  });
+  curveTo(to.x, to.y + mid);
+  return d;
+}
+
 function renderGraph(graph, freshness) {
   const byTask = new Map(freshness.map((f) => [f.task_id, f]));
   const place = new Map();
@@ -85,11 +110,12 @@ function renderGraph(graph, freshness) {
   let rows = 0;
   for (const node of graph.nodes) {
     const x = NODE.margin + node.depth * NODE.column;
-    const y = NODE.margin + node.row * (NODE.height + NODE.gap);
+    const y = rowY(node.row);
     place.set(node.name, { x, y });
     columns = Math.max(columns, node.depth + 1);
     rows = Math.max(rows, node.row + 1);
   }
+  for (const edge of graph.edges) rows = Math.max(rows, ...edge.via_rows.map((row) => row + 1));
   const box = document.getElementById("graph");
   const width = NODE.margin * 2 + (columns - 1) * NODE.column + NODE.width;
   const height = NODE.margin * 2 + rows * NODE.height + Math.max(0, rows - 1) * NODE.gap;
@@ -102,10 +128,8 @@ function renderGraph(graph, freshness) {
     const from = place.get(edge.source);
     const to = place.get(edge.target);
     if (!from || !to) continue;
-    const x1 = from.x + NODE.width, y1 = from.y + NODE.height / 2, x2 = to.x, y2 = to.y + NODE.height / 2;
-    const bend = Math.max(30, (x2 - x1) / 2);
-    parts.push(svg("path", { class: "edge", d: `M${x1},${y1} C${x1 + bend},${y1} ${x2 - bend},${y2} ${x2},${y2}`,
-      "marker-end": "url(#arrow)", "data-edge": `${edge.source}->${edge.target}` }));
+    parts.push(svg("path", { class: "edge", d: edgePath(from, to, edge.via_rows), "marker-end": "url(#arrow)",
+      "data-edge": `${edge.source}->${edge.target}` }));
   }
   for (const node of graph.nodes) {
     const { x, y } = place.get(node.name);
@@ -113,7 +137,7 @@ function renderGraph(graph, freshness) {
     const status = fresh ? fresh.status : (node.kind === "mv" ? "unknown" : "table");
     const sub = node.kind === "mv"
       ? `${status}${fresh && fresh.lag_ms ? ` · ${duration(fresh.lag_ms)} behind` : ""}`
-      : `table${node.mv_log ? " · MV log" : ""}`;
+      : `table${node.version !== null ? ` v${node.version}` : ""}${node.mv_log ? " · MV log" : ""}`;
     const title = svg("title", {}, fresh ? fresh.reason : `base table ${node.name}`);
     parts.push(svg("g", { class: `node ${node.kind}`, "data-node": node.name, "data-status": status, transform: `translate(${x},${y})` },
       title,
@@ -123,6 +147,12 @@ function renderGraph(graph, freshness) {
   }
   box.replaceChildren(...parts);
   document.getElementById("graph-empty").hidden = graph.nodes.length > 0;
+}
+
+function lag(freshness, versions) {
+  if (!freshness || freshness.lag_ms === 0) return freshness ? "current" : "–";
+  const behind = versions ? `${versions} version${versions === 1 ? "" : "s"}` : "behind";
+  return freshness.lag_ms === null ? `${behind}, since ?` : `${behind} · ${duration(freshness.lag_ms)}`;
 }
 
 function lastRun(run, now) {
@@ -137,11 +167,12 @@ function renderViews(tasks, freshness, now) {
   const rows = tasks.filter((t) => t.kind === "MV").map((t) => {
     const f = byTask.get(t.task_id);
     const status = f ? f.status : "unknown";
-    return el("tr", { "data-task-id": t.task_id, "data-freshness": status },
+    return el("tr", { "data-task-id": t.task_id, "data-freshness": status, "data-lag-versions": t.lag_versions,
+      "data-last-run": t.last_run ? t.last_run.state : null },
       el("td", { class: "nowrap" }, el("strong", {}, t.name)),
       el("td", { title: f ? f.reason : "" }, badge(status, "status", status)),
-      el("td", { class: "nowrap", title: f ? f.reason : "" },
-        `${f && f.lag_ms !== null ? duration(f.lag_ms) : "?"} / ${f && f.goal_ms ? duration(f.goal_ms) : "none"}`),
+      el("td", { class: "nowrap", title: f ? f.reason : "" }, lag(f, t.lag_versions),
+        el("div", { class: "muted" }, f && f.goal_ms ? `goal ${duration(f.goal_ms)}` : "no goal: on demand")),
       el("td", {}, badge(t.state, "state", t.state), t.error ? el("div", { class: "message" }, `${t.error.code}: ${t.error.message}`) : null),
       el("td", { class: "nowrap" }, trigger(t.trigger)),
       el("td", {}, t.refresh_mode || "–"),
