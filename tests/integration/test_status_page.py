@@ -17,7 +17,8 @@ import pytest
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, rows
 from tests.integration.test_rest_api import api_server
-from workers.config import REPO_ROOT
+from workers.config import REPO_ROOT, Settings
+from workers.embedded.broker import free_port
 from workers.jobs.tables import append
 from workers.warehouse import latest_version, mlog_table_name, table_exists
 
@@ -43,9 +44,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Headless Chromium with a fresh profile (user-data-dir), once per test session."""
+    """Headless Chromium with a fresh profile (user-data-dir), started once and stopped after this
+    module's tests (not kept through the rest of the session)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -156,4 +158,19 @@ def test_the_page_shows_the_fleet_and_follows_a_refresh_without_reload(
         page.screenshot(path=str(screenshot), full_page=True)
         ARTIFACT.parent.mkdir(exist_ok=True)
         shutil.copyfile(screenshot, ARTIFACT)
+        page.close()
+
+
+def test_the_page_says_when_it_cannot_read_the_control_plane(
+    settings: Settings, browser: Any, tmp_path: Path
+) -> None:
+    """No broker at the configured address: the page shows the API's 503 message and keeps polling."""
+    gone = Settings.from_env(bootstrap_servers=f"127.0.0.1:{free_port()}", namespace=settings.namespace)
+    with api_server(gone, tmp_path / "serve.log", {"MVS_API_TIMEOUT_S": "2"}) as api:
+        page = browser.new_page()
+        page.goto(f"{api.url}/status", wait_until="domcontentloaded")
+        problem = page.locator("#problem")
+        problem.wait_for(state="visible", timeout=PAGE_WAIT_MS)
+        assert "broker unreachable at 127.0.0.1:" in problem.inner_text()
+        assert page.locator("#live").get_attribute("data-state") == "failing"
         page.close()
