@@ -18,4 +18,5 @@ fi
 bash infra/fetch_jars.sh >/dev/null
 bash infra/setup_registry.sh >/dev/null
 bash infra/setup_compose_schema.sh >/dev/null
+bash infra/setup_browser.sh
 echo "mvs set up: .venv ready, jars in .cache/jars"

@@ -186,6 +186,7 @@ def test_openapi_documents_every_answer_and_no_422(api: TestClient) -> None:
     assert set(document["paths"]) == {
         "/healthz",
         "/mvs",
+        "/overview",
         "/mvs/{name}",
         "/mvs/{name}/history",
         "/statements",

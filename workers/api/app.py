@@ -19,6 +19,8 @@ from starlette.exceptions import HTTPException
 from typing_extensions import TypedDict
 
 from workers.api.errors import ApiError, ApiErrorJson, api_error, bad_request, not_found, refusal
+from workers.api.overview import OverviewJson, read_overview
+from workers.api.page import add_status_page
 from workers.catalog.errors import ErrorCode
 from workers.catalog.names import mv_name_problem
 from workers.cli_failures import within
@@ -165,6 +167,13 @@ def create_app(settings: Settings) -> FastAPI:
         snapshot = call(lambda client: client.status_snapshot(timeout_s=timeout_s))
         return status_json(snapshot, settings.namespace)
 
+    @app.get("/overview", response_model=OverviewJson, responses=READ_ERRORS, tags=["status page"])
+    def overview() -> OverviewJson:
+        """What the status page (``GET /``) shows, in one document: every task and role (as
+        ``GET /mvs``), the dependency graph base tables → MVs, each MV's freshness against its
+        trigger or TARGET LAG, and the newest runs of all tasks (newest first) with their messages."""
+        return call(lambda client: read_overview(client, settings, timeout_s))
+
     @app.get("/mvs/{name}", response_model=TaskJson, responses=READ_ERRORS, tags=["tasks"])
     def get_task(name: str = NAME) -> TaskJson:
         """One task: an MV by name (``by_region``) or any task by id (``mvlog:sales``)."""
@@ -209,4 +218,5 @@ def create_app(settings: Settings) -> FastAPI:
 
     for action, template in ACTIONS.items():
         add_action(action, template)
+    add_status_page(app)
     return app
