@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("broker", help="run the embedded Kafka broker").set_defaults(func=cmd_broker)
     demo = sub.add_parser("demo", help="run the live demo")
     demo.add_argument("--rounds", type=int, default=3)
+    demo.add_argument(
+        "--registry",
+        action="store_true",
+        help="a schema registry (Apicurio): records in the Confluent format",
+    )
+    demo.add_argument(
+        "--status-page", action="store_true", help="serve the REST API and status page on MVS_API_PORT (8083)"
+    )
+    demo.add_argument("--all", action="store_true", help="every option above")
     demo.set_defaults(func=cmd_demo)
     return parser
 

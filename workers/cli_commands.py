@@ -228,4 +228,8 @@ def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from workers.demo import run_demo
 
-    return run_demo(rounds=args.rounds)
+    return run_demo(
+        rounds=args.rounds,
+        registry=args.registry or args.all,
+        status_page=args.status_page or args.all,
+    )

@@ -9,18 +9,21 @@ checks each MV against its query, shows how the join MV was refreshed, and stops
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from workers.client import MvsClient, StatementError
 from workers.config import CACHE_DIR, REPO_ROOT, Settings
 from workers.embedded.broker import EmbeddedKafka
+from workers.embedded.registry import EmbeddedRegistry
 from workers.status import status_table
 from workers.warehouse import latest_version
 
@@ -87,7 +90,16 @@ def _caught_up(client: MvsClient, settings: Settings) -> tuple[bool, dict[str, A
     return done, tasks
 
 
-def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
+def _hold_page(settings: Settings) -> None:
+    """Keep the fleet and its status page up until Enter or Ctrl-C (the page goes dark after)."""
+    print(f"the fleet keeps running: http://127.0.0.1:{settings.api_port}/ — press Enter to stop", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.stdin.readline()
+
+
+def run_demo(
+    rounds: int = 3, timeout_s: float = 180.0, *, registry: bool = False, status_page: bool = False
+) -> int:
     started = time.monotonic()
     demo_dir = CACHE_DIR / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
@@ -96,6 +108,7 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
     shutil.rmtree(warehouse, ignore_errors=True)
     broker = EmbeddedKafka(demo_dir / "kafka", port=19092, controller_port=19093)
     processes: list[subprocess.Popen[bytes]] = []
+    schema_registry: EmbeddedRegistry | None = None
     _say("starting the Kafka broker (KRaft, official jars)")
     broker.start()
     try:
@@ -113,12 +126,29 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
             "MVS_NAMESPACE": "demo",
             "MVS_REPLICATION_FACTOR": "1",
         }
+        if registry:
+            _say("starting the schema registry (Apicurio, its schemas kept in the broker)")
+            schema_registry = EmbeddedRegistry(
+                demo_dir / "registry", port=8081, bootstrap_servers=broker.bootstrap_servers
+            ).start()
+            settings = replace(settings, schema_registry_url=schema_registry.url)
+            env["MVS_SCHEMA_REGISTRY_URL"] = schema_registry.url
         from workers.kafka.admin import apply_topics
 
         _say("mvs topics apply")
         print(apply_topics(settings))
-        _say("starting 1 coordinator and 2 workers (logs in .cache/demo/)")
-        processes = [_spawn(role, env, demo_dir) for role in ("coordinator", "worker-1", "worker-2")]
+        if registry:
+            from workers.kafka.subjects import apply_schemas
+
+            _say("mvs schemas apply (records are now in the Confluent wire format)")
+            print(apply_schemas(settings))
+        roles = ["coordinator", "worker-1", "worker-2", *(["serve"] if status_page else [])]
+        _say(
+            f"starting a coordinator, 2 workers{', the REST API' if status_page else ''} (logs: .cache/demo/)"
+        )
+        processes = [_spawn(role, env, demo_dir) for role in roles]
+        if status_page:
+            print(f"status page: http://127.0.0.1:{settings.api_port}/", flush=True)
         _say("creating the base tables `sales` and `regions` (Delta) with Spark")
         from workers.jobs.session import get_spark
         from workers.jobs.tables import append, create_table, read_table
@@ -184,8 +214,12 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         from workers.status import history_table
 
         print(history_table(client.history(limit=8)))
+        if registry:
+            print("\nKafka's console consumer reads the runs: bin/mvs-console-consumer runs --from-beginning")
         client.close()
         print(f"\ndemo finished in {time.monotonic() - started:.1f}s", flush=True)
+        if status_page and sys.stdin.isatty():
+            _hold_page(settings)
         return 0 if ok else 1
     finally:
         _say("stopping workers, coordinator and broker")
@@ -199,4 +233,6 @@ def run_demo(rounds: int = 3, timeout_s: float = 180.0) -> int:
         from workers.jobs.session import stop_spark
 
         stop_spark()
+        if schema_registry is not None:
+            schema_registry.stop()
         broker.stop()
