@@ -209,6 +209,7 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.worker.history_sink import start_history_sink
     from workers.worker.manager import Manager
     from workers.worker.runner import SparkRunner
 
@@ -216,7 +217,9 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     runner = SparkRunner(settings)
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
-    return Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
+    stop = _stop_event()
+    start_history_sink(settings, stop)  # the runs topic and the catalog as Delta tables (its own thread)
+    return Manager(settings, runner=runner, pollers=args.pollers).run(stop)
 
 
 def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:

@@ -1,0 +1,228 @@
+"""The history sink: the runs topic and the catalog, kept as Delta tables for SQL readers.
+
+The topics stay the source of truth; the tables are what they say, written by the fleet:
+``mvs_refresh_history`` gets one row per run end (``<ns>.runs``), ``mvs_tasks`` the latest state of
+each task (``<ns>.catalog``). Every ``mvs worker`` runs one sink (a loop of its own, on a thread:
+its Delta writes take seconds and must not hold up the manager's heartbeats) in the consumer group
+``<ns>.history``. Kafka spreads the topics' partitions over the live workers, so the work is shared
+and moves with them like task ownership, and no worker is special.
+
+Exactly once, per source partition: a batch of partition p is written in one Delta commit under
+``txnAppId = <table>:<topic>-<p>``, ``txnVersion = its last offset`` (``workers/jobs/history_table.py``),
+after dropping the records at or below the offset Delta recorded for that id; the Kafka offset is
+committed only after the Delta commit. A crash between the two replays the batch, whose records the
+recorded offset then drops; a second copy writing the same partition at once fails Delta's
+conflict check and tries again from the new recorded offset (``LoopRole`` backs off and retries).
+A partition revoked with records buffered drops them uncommitted: its new owner reads them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from workers.bus import Bus, BusConsumer, KafkaBus
+from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
+from workers.config import Settings
+from workers.kafka.typed import Message
+from workers.role import LoopRole
+from workers.sched.clock import Clock, SystemClock
+from workers.sched.metrics import SchedMetrics, process_metrics
+from workers.worker.history_rows import history_row, task_row
+
+log = logging.getLogger(__name__)
+SOURCES = {"runs": REFRESH_HISTORY_TABLE, "catalog": TASKS_TABLE}
+FLUSH_EVERY_S = 5.0  # the oldest buffered record waits at most this long (one Delta commit a batch)
+MAX_BATCH = 5_000  # records buffered before a flush whatever their age
+
+
+class HistoryWriter(Protocol):
+    """Where the sink's rows go (``SparkHistoryWriter``; unit tests pass a fake)."""
+
+    def recorded_offset(self, table: str, app_id: str) -> int: ...
+
+    def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None: ...
+
+    def merge_tasks(
+        self, rows: Sequence[dict[str, Any]], removed: Sequence[str], *, app_id: str, last_offset: int
+    ) -> None: ...
+
+
+class SparkHistoryWriter:
+    """The Delta tables of ``settings.warehouse``, written through the process's SparkSession."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def _spark(self) -> Any:
+        from workers.jobs.session import get_spark
+
+        return get_spark(self.settings)
+
+    def recorded_offset(self, table: str, app_id: str) -> int:
+        from workers.jobs.history_table import recorded_offset
+
+        return recorded_offset(self._spark(), self.settings, table, app_id)
+
+    def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None:
+        from workers.jobs.history_table import append_history
+
+        append_history(self._spark(), self.settings, rows, app_id=app_id, last_offset=last_offset)
+
+    def merge_tasks(
+        self, rows: Sequence[dict[str, Any]], removed: Sequence[str], *, app_id: str, last_offset: int
+    ) -> None:
+        from workers.jobs.history_table import merge_tasks
+
+        merge_tasks(self._spark(), self.settings, rows, removed, app_id=app_id, last_offset=last_offset)
+
+
+def txn_app_id(table: str, topic: str, partition: int) -> str:
+    """The idempotent-write id of one source partition's writes to ``table``."""
+    return f"{table}:{topic}-{partition}"
+
+
+@dataclass
+class PartitionBatch:
+    """Records of one source partition polled since its last flush, in offset order."""
+
+    topic: str
+    partition: int
+    messages: list[Message] = field(default_factory=list)
+
+    def after(self, recorded: int) -> list[Message]:
+        """The records Delta has not got yet (offset above the recorded one)."""
+        return [m for m in self.messages if m.offset > recorded]
+
+
+def history_rows(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The ``mvs_refresh_history`` rows of runs-topic records (runs not ended have none)."""
+    rows = (history_row(m.value, m.partition, m.offset) for m in messages if m.value is not None)
+    return [row for row in rows if row is not None]
+
+
+def task_changes(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The catalog records as (newest row per live task, task ids removed): the compacted topic's
+    meaning, the last record of a key wins and a tombstone removes it."""
+    latest: dict[str, Message] = {}
+    for message in messages:
+        if message.key is not None:
+            latest[message.key] = message
+    rows = [task_row(m.value, m.partition, m.offset) for m in latest.values() if m.value is not None]
+    removed = [key for key, m in latest.items() if m.value is None]
+    return rows, removed
+
+
+class HistorySink(LoopRole):
+    role_name: ClassVar[str] = "history"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        bus: Bus | None = None,
+        writer: HistoryWriter | None = None,
+        clock: Clock | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
+        metrics: SchedMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bus: Bus = bus if bus is not None else KafkaBus(settings)
+        self.writer: HistoryWriter = writer if writer is not None else SparkHistoryWriter(settings)
+        self.clock = clock or SystemClock()
+        self.flush_every_s = flush_every_s
+        self.metrics = metrics if metrics is not None else process_metrics()
+        self._consumer: BusConsumer = self.bus.consumer(settings.group("history"))
+        self._batches: dict[tuple[str, int], PartitionBatch] = {}
+        self._buffered = 0
+        self._oldest: float | None = None  # monotonic time the oldest buffered record was polled
+
+    def loop_metrics(self) -> SchedMetrics:
+        return self.metrics
+
+    def start(self) -> None:
+        self._consumer.subscribe(list(SOURCES), on_revoke=self._on_revoke)
+
+    def _on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        for key in partitions:
+            dropped = self._batches.pop(key, None)
+            if dropped is not None:
+                self._buffered -= len(dropped.messages)  # uncommitted: the new owner reads them again
+
+    def step(self, timeout_s: float = 0.2) -> None:
+        message = self._consumer.poll(timeout_s)
+        while message is not None:
+            self._buffer(message)
+            if self._buffered >= MAX_BATCH:
+                break
+            message = self._consumer.poll(0)
+        due = self._oldest is not None and self.clock.monotonic() - self._oldest >= self.flush_every_s
+        if self._buffered >= MAX_BATCH or due:
+            self.flush()
+
+    def _buffer(self, message: Message) -> None:
+        key = (message.topic, message.partition)
+        self._batches.setdefault(key, PartitionBatch(message.topic, message.partition)).messages.append(
+            message
+        )
+        self._buffered += 1
+        if self._oldest is None:
+            self._oldest = self.clock.monotonic()
+
+    def flush(self) -> None:
+        """Write each buffered partition's batch in one Delta commit, then commit its Kafka offset.
+
+        A partition whose write raises stays buffered (the loop backs off and this runs again)."""
+        for key in sorted(self._batches):
+            batch = self._batches[key]
+            self._write(batch)
+            self._consumer.commit(batch.messages[-1])
+            del self._batches[key]
+            self._buffered -= len(batch.messages)
+        self._oldest = None
+
+    def _write(self, batch: PartitionBatch) -> None:
+        table = SOURCES[batch.topic]
+        app_id = txn_app_id(table, batch.topic, batch.partition)
+        fresh = batch.after(self.writer.recorded_offset(table, app_id))
+        if not fresh:
+            return
+        last = fresh[-1].offset
+        if batch.topic == "runs":
+            rows = history_rows(fresh)
+            if rows:
+                self.writer.append_history(rows, app_id=app_id, last_offset=last)
+        else:
+            tasks, removed = task_changes(fresh)
+            self.writer.merge_tasks(tasks, removed, app_id=app_id, last_offset=last)
+        log.info(
+            "%s: %d records of %s[%d] written (to offset %d)",
+            table,
+            len(fresh),
+            batch.topic,
+            batch.partition,
+            last,
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def history_tables_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``MVS_HISTORY_TABLES=0`` turns the sink off in ``mvs worker`` (default on)."""
+    value = (os.environ if environ is None else environ).get("MVS_HISTORY_TABLES", "1")
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def start_history_sink(settings: Settings, stop: threading.Event) -> threading.Thread | None:
+    """Run a ``HistorySink`` on a daemon thread until ``stop`` (None when turned off)."""
+    if not history_tables_enabled():
+        return None
+    sink = HistorySink(settings)
+    thread = threading.Thread(target=sink.run, args=(stop,), name="history-sink", daemon=True)
+    thread.start()
+    return thread
