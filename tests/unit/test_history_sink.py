@@ -94,7 +94,7 @@ def test_catalog_records_mean_the_newest_per_key_and_tombstones_remove() -> None
     bus.producer().send_tombstone("catalog", "mv:b")
     rows, removed = task_changes(bus.messages("catalog"))
     assert [(r["task_id"], r["state"], r["source_offset"]) for r in rows] == [("mv:a", "PAUSED", 1)]
-    assert removed == ["mv:b"]
+    assert [r["task_id"] for r in removed] == ["mv:b"]
 
 
 def test_the_sink_is_on_unless_turned_off() -> None:
@@ -111,6 +111,7 @@ class DeltaLikeWriter:
         self.rows: dict[str, list[dict[str, Any]]] = {REFRESH_HISTORY_TABLE: [], TASKS_TABLE: []}
         self.txns: dict[str, int] = {}
         self.fail_next = 0
+        self.merges = 0
 
     def recorded_offset(self, table: str, app_id: str) -> int:
         return self.txns.get(app_id, -1)
@@ -127,10 +128,9 @@ class DeltaLikeWriter:
     def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None:
         self._commit(REFRESH_HISTORY_TABLE, rows, app_id, last_offset)
 
-    def merge_tasks(
-        self, rows: Sequence[dict[str, Any]], removed: Sequence[str], *, app_id: str, last_offset: int
-    ) -> None:
-        self._commit(TASKS_TABLE, rows, app_id, last_offset)
+    def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None:
+        self.merges += 1
+        self.rows[TASKS_TABLE].extend(rows)
 
 
 class Fleet:
@@ -215,13 +215,16 @@ def test_a_revoked_partition_drops_its_buffer_uncommitted() -> None:
     assert fleet.run_ids() == [] and (fleet.settings.group("history"), "runs", 0) not in fleet.bus.committed
 
 
-def test_task_states_are_merged_per_catalog_partition() -> None:
+def test_task_states_of_every_catalog_partition_are_one_merge() -> None:
     fleet = Fleet()
     task = fixture("TaskRecord")
     fleet.bus.publish("catalog", "mv:a", {**task, "task_id": "mv:a", "state": "NORMAL"}, partition=3)
     fleet.bus.publish("catalog", "mv:a", {**task, "task_id": "mv:a", "state": "FAILED"}, partition=3)
+    fleet.bus.publish("catalog", "mv:b", {**task, "task_id": "mv:b", "state": "PAUSED"}, partition=7)
     sink = fleet.sink()
-    fleet.bus.assign(fleet.settings.group("history"), "catalog", [3])
+    fleet.bus.assign(fleet.settings.group("history"), "catalog", [3, 7])
     fleet.flush(sink)
-    assert [(r["task_id"], r["state"]) for r in fleet.writer.rows[TASKS_TABLE]] == [("mv:a", "FAILED")]
-    assert fleet.writer.txns == {f"{TASKS_TABLE}:catalog-3": 1}
+    tasks = sorted((r["task_id"], r["state"]) for r in fleet.writer.rows[TASKS_TABLE])
+    assert tasks == [("mv:a", "FAILED"), ("mv:b", "PAUSED")] and fleet.writer.merges == 1
+    group = fleet.settings.group("history")
+    assert (fleet.bus.committed[(group, "catalog", 3)], fleet.bus.committed[(group, "catalog", 7)]) == (2, 1)

@@ -1,12 +1,14 @@
 """The fleet's own Delta tables: ``mvs_refresh_history`` (appended) and ``mvs_tasks`` (merged).
 
-Both are written by the history sink (``workers/worker/history_sink.py``) one Kafka partition at a
-time, under Delta's idempotent-write id ``txnAppId = <table>:<topic>-<partition>``,
-``txnVersion = the offset of the batch's last record``. Delta records that pair in the commit and
-skips a write whose version is not above it; ``recorded_offset`` reads it back (from the log, no
-job), so a sink that restarts or takes a partition over drops the records already written before
-it writes, and a second writer of the same partition at the same time fails Delta's conflict
-check (``ConcurrentTransactionException``) instead of writing twice.
+Written by the history sink (``workers/worker/history_sink.py``). Run history is appended one
+Kafka partition at a time, under Delta's idempotent-write id ``txnAppId =
+mvs_refresh_history:runs-<partition>``, ``txnVersion = the offset of the batch's last record``.
+Delta records that pair in the commit and skips a write whose version is not above it;
+``recorded_offset`` reads it back (from the log, no job), so a sink that restarts or takes a
+partition over drops the records already written before it writes, and a second writer of the same
+partition at the same time fails Delta's conflict check (``ConcurrentTransactionException``)
+instead of writing twice. Task states are one MERGE per batch, monotonic by source offset
+(``merge_tasks``).
 
 Rows come from the pure handlers of ``workers/worker/history_rows.py``.
 """
@@ -34,7 +36,6 @@ from workers import warehouse
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
 from workers.config import Settings
 from workers.jobs.groups import job_group
-from workers.jobs.metadata import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from workers.jobs.session import run_session
 
 _S, _L, _T = StringType(), LongType(), TimestampType()
@@ -132,45 +133,42 @@ def append_history(
 
 
 def merge_tasks(
-    spark: SparkSession,
-    settings: Settings,
-    rows: Sequence[dict[str, Any]],
-    removed: Sequence[str],
-    *,
-    app_id: str,
-    last_offset: int,
+    spark: SparkSession, settings: Settings, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]
 ) -> None:
-    """Upsert task rows and delete ``removed`` task ids in one MERGE keyed by task id.
+    """Upsert task rows and delete removed tasks in one MERGE keyed by task id.
 
-    ``rows`` hold at most one row per task (the newest), none of them in ``removed``."""
+    ``rows`` hold at most one row per task (its newest record), ``removed`` the tombstones as
+    ``{task_id, source_partition, source_offset}``. A row only replaces one from an older record
+    (lower offset of the same catalog partition: a task id always hashes to one partition), so a
+    batch replayed after a crash, or written twice, changes nothing: the table converges on the
+    compacted topic's meaning without an idempotent-write id."""
     path = warehouse.table_path(settings, TASKS_TABLE)
     session = run_session(spark)
     with job_group(session, _JOB_GROUP, f"merge {len(rows) + len(removed)} tasks into {TASKS_TABLE}"):
         if not DeltaTable.isDeltaTable(session, path):
-            # Created empty and unversioned: the MERGE below is the commit that carries the txn id.
             session.createDataFrame([], schema=TASKS_SCHEMA).write.format("delta").mode("ignore").save(path)
         schema = StructType([*TASKS_SCHEMA.fields, StructField("_removed", BooleanType(), False)])
         source = session.createDataFrame(
-            [{**row, "_removed": False} for row in rows]
-            + [{**_removed_row(task_id), "_removed": True} for task_id in removed],
+            [{**row, "_removed": False} for row in rows] + [_removed_row(tomb) for tomb in removed],
             schema=schema,
         )
-        session.conf.set(TXN_APP_ID_CONF, app_id)
-        session.conf.set(TXN_VERSION_CONF, str(last_offset))
         columns: dict[str, str | Column] = {name: f"s.{name}" for name in TASKS_SCHEMA.fieldNames()}
+        newer = "s.source_partition <> t.source_partition OR s.source_offset > t.source_offset"
         (
             DeltaTable.forPath(session, path)
             .alias("t")
             .merge(source.alias("s"), "t.task_id = s.task_id")
-            .whenMatchedDelete(condition="s._removed")
-            .whenMatchedUpdate(set=columns)
+            .whenMatchedDelete(condition=f"s._removed AND ({newer})")
+            .whenMatchedUpdate(condition=f"NOT s._removed AND ({newer})", set=columns)
             .whenNotMatchedInsert(condition="NOT s._removed", values=columns)
             .execute()
         )
 
 
-def _removed_row(task_id: str) -> dict[str, Any]:
-    """A source row that only names a task to delete (the other non-null columns hold placeholders)."""
+def _removed_row(tombstone: dict[str, Any]) -> dict[str, Any]:
+    """The source row of a tombstone: the task id and its record's position (other columns null,
+    the non-null ones placeholders)."""
     row: dict[str, Any] = dict.fromkeys(TASKS_SCHEMA.fieldNames())
-    row.update(task_id=task_id, kind="", name="", state="", source_partition=-1, source_offset=-1)
+    row.update(kind="", name="", state="", _removed=True)
+    row.update(tombstone)
     return row

@@ -7,13 +7,15 @@ its Delta writes take seconds and must not hold up the manager's heartbeats) in 
 ``<ns>.history``. Kafka spreads the topics' partitions over the live workers, so the work is shared
 and moves with them like task ownership, and no worker is special.
 
-Exactly once, per source partition: a batch of partition p is written in one Delta commit under
-``txnAppId = <table>:<topic>-<p>``, ``txnVersion = its last offset`` (``workers/jobs/history_table.py``),
-after dropping the records at or below the offset Delta recorded for that id; the Kafka offset is
-committed only after the Delta commit. A crash between the two replays the batch, whose records the
-recorded offset then drops; a second copy writing the same partition at once fails Delta's
-conflict check and tries again from the new recorded offset (``LoopRole`` backs off and retries).
-A partition revoked with records buffered drops them uncommitted: its new owner reads them again.
+Exactly once, per runs partition: a batch of partition p is appended in one Delta commit under
+``txnAppId = mvs_refresh_history:runs-<p>``, ``txnVersion = its last offset``
+(``workers/jobs/history_table.py``), after dropping the records at or below the offset Delta
+recorded for that id; the Kafka offset is committed only after the Delta commit. A crash between
+the two replays the batch, whose records the recorded offset then drops; a second copy writing the
+same partition at once fails Delta's conflict check and tries again from the new recorded offset
+(``LoopRole`` backs off and retries). Task states are one MERGE per batch that only replaces a row
+with a newer record's, so a replay changes nothing. A partition revoked with records buffered drops
+them uncommitted: its new owner reads them again.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from workers.worker.history_rows import history_row, task_row
 
 log = logging.getLogger(__name__)
 SOURCES = {"runs": REFRESH_HISTORY_TABLE, "catalog": TASKS_TABLE}
-FLUSH_EVERY_S = 5.0  # the oldest buffered record waits at most this long (one Delta commit a batch)
+# The oldest buffered record waits at most this long: a flush is up to 3 appends (the runs
+# partitions) and one MERGE (the catalog changes: every checkpoint the coordinator folds in).
+FLUSH_EVERY_S = 10.0
 MAX_BATCH = 5_000  # records buffered before a flush whatever their age
 
 
@@ -47,9 +51,7 @@ class HistoryWriter(Protocol):
 
     def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None: ...
 
-    def merge_tasks(
-        self, rows: Sequence[dict[str, Any]], removed: Sequence[str], *, app_id: str, last_offset: int
-    ) -> None: ...
+    def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None: ...
 
 
 class SparkHistoryWriter:
@@ -73,12 +75,10 @@ class SparkHistoryWriter:
 
         append_history(self._spark(), self.settings, rows, app_id=app_id, last_offset=last_offset)
 
-    def merge_tasks(
-        self, rows: Sequence[dict[str, Any]], removed: Sequence[str], *, app_id: str, last_offset: int
-    ) -> None:
+    def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None:
         from workers.jobs.history_table import merge_tasks
 
-        merge_tasks(self._spark(), self.settings, rows, removed, app_id=app_id, last_offset=last_offset)
+        merge_tasks(self._spark(), self.settings, rows, removed)
 
 
 def txn_app_id(table: str, topic: str, partition: int) -> str:
@@ -105,15 +105,20 @@ def history_rows(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [row for row in rows if row is not None]
 
 
-def task_changes(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The catalog records as (newest row per live task, task ids removed): the compacted topic's
-    meaning, the last record of a key wins and a tombstone removes it."""
+def task_changes(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Catalog records as (the newest row per live task, the tombstones): the compacted topic's
+    meaning, the last record of a key wins and a tombstone removes it. A tombstone is
+    ``{task_id, source_partition, source_offset}``."""
     latest: dict[str, Message] = {}
     for message in messages:
         if message.key is not None:
             latest[message.key] = message
     rows = [task_row(m.value, m.partition, m.offset) for m in latest.values() if m.value is not None]
-    removed = [key for key, m in latest.items() if m.value is None]
+    removed = [
+        {"task_id": key, "source_partition": m.partition, "source_offset": m.offset}
+        for key, m in latest.items()
+        if m.value is None
+    ]
     return rows, removed
 
 
@@ -174,39 +179,42 @@ class HistorySink(LoopRole):
             self._oldest = self.clock.monotonic()
 
     def flush(self) -> None:
-        """Write each buffered partition's batch in one Delta commit, then commit its Kafka offset.
-
-        A partition whose write raises stays buffered (the loop backs off and this runs again)."""
-        for key in sorted(self._batches):
-            batch = self._batches[key]
-            self._write(batch)
-            self._consumer.commit(batch.messages[-1])
-            del self._batches[key]
-            self._buffered -= len(batch.messages)
+        """Write what is buffered, then commit its Kafka offsets: each runs partition in one append,
+        the catalog partitions in one MERGE. What raises stays buffered and uncommitted (the loop
+        backs off and this runs again)."""
+        for key in sorted(k for k in self._batches if k[0] == "runs"):
+            self._append_runs(self._batches[key])
+            self._done(key)
+        catalog = sorted(k for k in self._batches if k[0] == "catalog")
+        if catalog:
+            # One partition's records are in offset order and a key lives in one partition, so the
+            # partitions' records may be taken together.
+            rows, removed = task_changes([m for key in catalog for m in self._batches[key].messages])
+            self.writer.merge_tasks(rows, removed)
+            log.info("%s: %d tasks changed, %d removed", TASKS_TABLE, len(rows), len(removed))
+            for key in catalog:
+                self._done(key)
         self._oldest = None
 
-    def _write(self, batch: PartitionBatch) -> None:
-        table = SOURCES[batch.topic]
-        app_id = txn_app_id(table, batch.topic, batch.partition)
-        fresh = batch.after(self.writer.recorded_offset(table, app_id))
-        if not fresh:
-            return
-        last = fresh[-1].offset
-        if batch.topic == "runs":
-            rows = history_rows(fresh)
-            if rows:
-                self.writer.append_history(rows, app_id=app_id, last_offset=last)
-        else:
-            tasks, removed = task_changes(fresh)
-            self.writer.merge_tasks(tasks, removed, app_id=app_id, last_offset=last)
-        log.info(
-            "%s: %d records of %s[%d] written (to offset %d)",
-            table,
-            len(fresh),
-            batch.topic,
-            batch.partition,
-            last,
-        )
+    def _done(self, key: tuple[str, int]) -> None:
+        batch = self._batches.pop(key)
+        self._consumer.commit(batch.messages[-1])
+        self._buffered -= len(batch.messages)
+
+    def _append_runs(self, batch: PartitionBatch) -> None:
+        app_id = txn_app_id(REFRESH_HISTORY_TABLE, batch.topic, batch.partition)
+        fresh = batch.after(self.writer.recorded_offset(REFRESH_HISTORY_TABLE, app_id))
+        rows = history_rows(fresh)
+        if rows:
+            last = fresh[-1].offset
+            self.writer.append_history(rows, app_id=app_id, last_offset=last)
+            log.info(
+                "%s: %d runs of runs[%d] (to offset %d)",
+                REFRESH_HISTORY_TABLE,
+                len(rows),
+                batch.partition,
+                last,
+            )
 
     def close(self) -> None:
         self._consumer.close()
