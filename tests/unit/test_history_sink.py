@@ -18,7 +18,13 @@ from workers.config import Settings
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.history_rows import HISTORY_COLUMNS, TASK_COLUMNS, history_row, refresh_type, task_row
-from workers.worker.history_sink import FLUSH_EVERY_S, HistorySink, history_tables_enabled, task_changes
+from workers.worker.history_sink import (
+    FLUSH_EVERY_S,
+    HistorySink,
+    WriteConflict,
+    history_tables_enabled,
+    task_changes,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "avro"
 T0 = 1_767_225_600_000
@@ -111,6 +117,7 @@ class DeltaLikeWriter:
         self.rows: dict[str, list[dict[str, Any]]] = {REFRESH_HISTORY_TABLE: [], TASKS_TABLE: []}
         self.txns: dict[str, int] = {}
         self.fail_next = 0
+        self.conflicts_next = 0
         self.merges = 0
 
     def recorded_offset(self, table: str, app_id: str) -> int:
@@ -129,6 +136,9 @@ class DeltaLikeWriter:
         self._commit(REFRESH_HISTORY_TABLE, rows, app_id, last_offset)
 
     def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None:
+        if self.conflicts_next:
+            self.conflicts_next -= 1
+            raise WriteConflict("ConcurrentAppendException: files were added by a concurrent update")
         self.merges += 1
         self.rows[TASKS_TABLE].extend(rows)
 
@@ -228,3 +238,22 @@ def test_task_states_of_every_catalog_partition_are_one_merge() -> None:
     assert tasks == [("mv:a", "FAILED"), ("mv:b", "PAUSED")] and fleet.writer.merges == 1
     group = fleet.settings.group("history")
     assert (fleet.bus.committed[(group, "catalog", 3)], fleet.bus.committed[(group, "catalog", 7)]) == (2, 1)
+
+
+def test_a_concurrent_merge_is_written_again_at_the_next_flush_without_a_loop_error() -> None:
+    fleet = Fleet()
+    fleet.bus.publish("catalog", "mv:a", {**fixture("TaskRecord"), "task_id": "mv:a"}, partition=1)
+    sink = fleet.sink()
+    fleet.bus.assign(fleet.settings.group("history"), "catalog", [1])
+    fleet.writer.conflicts_next = 1
+    fleet.flush(sink)  # no exception: the loop is not backing off
+    assert (
+        fleet.writer.merges == 0
+        and (fleet.settings.group("history"), "catalog", 1) not in fleet.bus.committed
+    )
+    sink.step(0)
+    assert fleet.writer.merges == 0, "not before the next flush is due"
+    fleet.clock.advance(FLUSH_EVERY_S)
+    sink.step(0)
+    assert [r["task_id"] for r in fleet.writer.rows[TASKS_TABLE]] == ["mv:a"]
+    assert fleet.bus.committed[(fleet.settings.group("history"), "catalog", 1)] == 1

@@ -20,10 +20,11 @@ them uncommitted: its new owner reads them again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -42,6 +43,10 @@ SOURCES = {"runs": REFRESH_HISTORY_TABLE, "catalog": TASKS_TABLE}
 # partitions) and one MERGE (the catalog changes: every checkpoint the coordinator folds in).
 FLUSH_EVERY_S = 10.0
 MAX_BATCH = 5_000  # records buffered before a flush whatever their age
+
+
+class WriteConflict(Exception):
+    """Another writer committed to the table meanwhile (Delta's optimistic concurrency): try again."""
 
 
 class HistoryWriter(Protocol):
@@ -65,6 +70,17 @@ class SparkHistoryWriter:
 
         return get_spark(self.settings)
 
+    @contextlib.contextmanager
+    def _conflicts(self) -> Iterator[None]:
+        from workers.jobs.errors import is_write_conflict
+
+        try:
+            yield
+        except Exception as exc:
+            if is_write_conflict(exc):  # the other workers' sinks MERGE into mvs_tasks too
+                raise WriteConflict(" ".join(str(exc).split())[:300]) from exc
+            raise
+
     def recorded_offset(self, table: str, app_id: str) -> int:
         from workers.jobs.history_table import recorded_offset
 
@@ -73,12 +89,14 @@ class SparkHistoryWriter:
     def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None:
         from workers.jobs.history_table import append_history
 
-        append_history(self._spark(), self.settings, rows, app_id=app_id, last_offset=last_offset)
+        with self._conflicts():
+            append_history(self._spark(), self.settings, rows, app_id=app_id, last_offset=last_offset)
 
     def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None:
         from workers.jobs.history_table import merge_tasks
 
-        merge_tasks(self._spark(), self.settings, rows, removed)
+        with self._conflicts():
+            merge_tasks(self._spark(), self.settings, rows, removed)
 
 
 def txn_app_id(table: str, topic: str, partition: int) -> str:
@@ -167,7 +185,16 @@ class HistorySink(LoopRole):
             message = self._consumer.poll(0)
         due = self._oldest is not None and self.clock.monotonic() - self._oldest >= self.flush_every_s
         if self._buffered >= MAX_BATCH or due:
-            self.flush()
+            try:
+                self.flush()
+            except WriteConflict as exc:
+                # Expected now and then with several workers: what is left stays buffered, uncommitted.
+                log.info(
+                    "history sink: a concurrent commit won (%s); writing again in %.0fs",
+                    exc,
+                    self.flush_every_s,
+                )
+                self._oldest = self.clock.monotonic()
 
     def _buffer(self, message: Message) -> None:
         key = (message.topic, message.partition)
