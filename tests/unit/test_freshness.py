@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.coordinator_cases import CREATE, apply, refusal
 from tests.unit.memory_bus import MemoryBus
 from workers.catalog.errors import MvsError
 from workers.catalog.specs import checked_mv_spec
@@ -64,6 +65,19 @@ def test_a_raw_event_s_goal_is_checked_like_an_interval() -> None:
     with pytest.raises(MvsError, match="FRESHNESS interval must be greater than zero"):
         checked_mv_spec({**spec, "freshness_ms": -1})
     assert checked_mv_spec(spec)["freshness_ms"] is None
+
+
+def test_the_coordinator_keeps_the_goal_and_refuses_the_fleet_s_table_names() -> None:
+    tasks: dict[str, Any] = {}
+    apply(CREATE.replace(" AS ", " FRESHNESS 2 MINUTES AS ", 1), tasks)
+    assert tasks["mv:by_region"]["mv"]["freshness_ms"] == 120_000
+    apply("ALTER MATERIALIZED VIEW by_region EVERY 1 MINUTE", tasks)
+    assert tasks["mv:by_region"]["mv"]["freshness_ms"] == 120_000
+    apply("ALTER MATERIALIZED VIEW by_region FRESHNESS NONE", tasks)
+    assert tasks["mv:by_region"]["mv"]["freshness_ms"] is None
+    for reserved in ("mvs_refresh_history", "mvs_tasks"):
+        error = refusal(apply(CREATE.replace("by_region", reserved, 1), tasks))
+        assert error["code"] == 1001 and "reserved" in error["message"]
 
 
 # -- the decision ----------------------------------------------------------------------------------
