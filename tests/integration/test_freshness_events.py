@@ -47,8 +47,7 @@ def test_an_mv_behind_its_freshness_goal_is_stale_then_recovered(cluster: Cluste
     assert stale["checkpoint"]["sales"] == version - 1
 
     assert cluster.sql("REFRESH MATERIALIZED VIEW fresh")["accepted"]
-    events = wait_until(
-        lambda: (got := freshness_events(cluster)) and len(got) >= 2 and got, what="RECOVERED"
-    )
+    wait_until(lambda: len(freshness_events(cluster)) >= 2, what="RECOVERED")
+    events = freshness_events(cluster)
     assert [(e["task_id"], e["state"]) for e in events] == [("mv:fresh", "STALE"), ("mv:fresh", "RECOVERED")]
     assert events[1]["lag_ms"] == 0 and events[1]["checkpoint"]["sales"] == version

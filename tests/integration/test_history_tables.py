@@ -53,11 +53,25 @@ def sinks(settings: Settings) -> Iterator[list[RunningSink]]:
         sink.close()
 
 
-def table_rows(spark: Any, settings: Settings, table: str, where: str = "true") -> list[dict[str, Any]]:
-    if not warehouse.table_exists(settings, table):
-        return []
-    path = warehouse.table_path(settings, table)
-    return [r.asDict() for r in spark.sql(f"SELECT * FROM delta.`{path}` WHERE {where}").collect()]
+class Table:
+    """A Delta table read with Spark only when its log has a new version (polling stays cheap)."""
+
+    def __init__(self, spark: Any, settings: Settings, name: str) -> None:
+        self.spark, self.settings, self.name = spark, settings, name
+        self._version: int | None = None
+        self._rows: list[dict[str, Any]] = []
+
+    def rows(self) -> list[dict[str, Any]]:
+        version = warehouse.latest_version(self.settings, self.name)
+        if version is not None and version != self._version:
+            self._rows, self._version = self.where("true"), version
+        return self._rows
+
+    def where(self, condition: str) -> list[dict[str, Any]]:
+        path = warehouse.table_path(self.settings, self.name)
+        return [
+            r.asDict() for r in self.spark.sql(f"SELECT * FROM delta.`{path}` WHERE {condition}").collect()
+        ]
 
 
 def ended_runs(cluster: Cluster) -> dict[str, str]:
@@ -76,7 +90,7 @@ def refresh_and_wait(cluster: Cluster, name: str, before: set[str]) -> str:
         },
         what=f"a run of {name} ending",
     )
-    return next(iter(new))
+    return str(next(iter(new)))
 
 
 def test_runs_and_tasks_land_in_delta_exactly_once_across_a_replay(
@@ -96,37 +110,24 @@ def test_runs_and_tasks_land_in_delta_exactly_once_across_a_replay(
     assert ended_runs(cluster)[failed] == "ERROR"
 
     sinks.append(RunningSink(HistorySink(settings, flush_every_s=1.0)))
+    history, tasks = Table(spark, settings, REFRESH_HISTORY_TABLE), Table(spark, settings, TASKS_TABLE)
     expected = ended_runs(cluster)
-    history = wait_until(
-        lambda: (
-            (got := table_rows(spark, settings, REFRESH_HISTORY_TABLE)) and len(got) >= len(expected) and got
-        ),
-        what="every run end in mvs_refresh_history",
-    )
-    assert sorted(r["run_id"] for r in history) == sorted(expected)
-    errors = table_rows(spark, settings, REFRESH_HISTORY_TABLE, "state = 'ERROR'")
+    wait_until(lambda: len(history.rows()) >= len(expected), what="every run end in mvs_refresh_history")
+    assert sorted(r["run_id"] for r in history.rows()) == sorted(expected)
+    errors = history.where("state = 'ERROR'")
     assert [(r["run_id"], r["name"], r["error_code"]) for r in errors] == [(failed, "doomed", 1003)]
-    assert {r["refresh_type"] for r in history if r["state"] == "COMPLETED"} == {"COMPLETE"}
-    tasks = wait_until(
+    assert {r["refresh_type"] for r in history.rows() if r["state"] == "COMPLETED"} == {"COMPLETE"}
+    states = wait_until(
         lambda: (
-            {r["task_id"]: r["state"] for r in table_rows(spark, settings, TASKS_TABLE)}.get("mv:doomed")
-            == "FAILED"
-            and {r["task_id"]: r for r in table_rows(spark, settings, TASKS_TABLE)}
+            (got := {r["task_id"]: r["state"] for r in tasks.rows()}).get("mv:doomed") == "FAILED" and got
         ),
         what="mvs_tasks showing the failed MV",
     )
-    assert set(tasks) == {"mv:by_region", "mv:doomed"} and tasks["mv:by_region"]["state"] == "NORMAL"
+    assert states == {"mv:by_region": "NORMAL", "mv:doomed": "FAILED"}
 
     # Restarted from the beginning of the topics: the replayed runs are dropped, the new one added.
     sinks.pop().close()
     sinks.append(RunningSink(HistorySink(settings, bus=ReplayingBus(settings), flush_every_s=1.0)))
     later = refresh_and_wait(cluster, "by_region", set(ended_runs(cluster)))
-    history = wait_until(
-        lambda: (
-            (got := table_rows(spark, settings, REFRESH_HISTORY_TABLE))
-            and later in {r["run_id"] for r in got}
-            and got
-        ),
-        what="the run after the restart in mvs_refresh_history",
-    )
-    assert sorted(r["run_id"] for r in history) == sorted([*expected, later])
+    wait_until(lambda: later in {r["run_id"] for r in history.rows()}, what="the run after the restart")
+    assert sorted(r["run_id"] for r in history.rows()) == sorted([*expected, later])
