@@ -124,6 +124,7 @@ class FreshnessWatch:
     ) -> list[Record]:
         """Decide every MV with a goal at ``now_ms``. An MV seen for the first time is announced
         only when stale; afterwards every change is (STALE, then RECOVERED)."""
+        commits = _OncePerCheck(commits)
         events: list[Record] = []
         gauges: dict[str, FreshnessGauges] = {}
         for task_id, task in tasks.items():
@@ -155,6 +156,22 @@ class FreshnessWatch:
     def gauges(self) -> Iterable[FreshnessGauges]:
         """The gauges of the last check (read at scrape time, from another thread)."""
         return list(self._gauges.values())
+
+
+class _OncePerCheck:
+    """A base's latest version looked up once per check, however many MVs read it."""
+
+    def __init__(self, commits: BaseCommits) -> None:
+        self._commits = commits
+        self._latest: dict[str, int | None] = {}
+
+    def latest_version(self, table: str) -> int | None:
+        if table not in self._latest:
+            self._latest[table] = self._commits.latest_version(table)
+        return self._latest[table]
+
+    def commit_ms(self, table: str, version: int) -> int | None:
+        return self._commits.commit_ms(table, version)
 
 
 class WarehouseCommits:
