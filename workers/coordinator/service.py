@@ -401,6 +401,7 @@ class Coordinator(LoopRole):
             self.metrics.record_freshness_event(event["state"])
 
     def close(self) -> None:
+        self.metrics.track_freshness(None)
         self._ddl.close()
         self._heartbeats.close()
         if self._producer is not None:
