@@ -209,7 +209,7 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from workers.worker.history_sink import start_history_sink
+    from workers.worker.history_sink import HISTORY_SINK_STOP_S, start_history_sink
     from workers.worker.manager import Manager
     from workers.worker.runner import SparkRunner
 
@@ -218,8 +218,12 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
     stop = _stop_event()
-    start_history_sink(settings, stop)  # the runs topic and the catalog as Delta tables (its own thread)
-    return Manager(settings, runner=runner, pollers=args.pollers).run(stop)
+    sink = start_history_sink(settings, stop)  # MVS_HISTORY_TABLES=1: runs and tasks as Delta tables
+    code = Manager(settings, runner=runner, pollers=args.pollers).run(stop)
+    if sink is not None:
+        stop.set()
+        sink.join(HISTORY_SINK_STOP_S)
+    return code
 
 
 def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:
