@@ -161,6 +161,16 @@ def test_stale_once_past_the_goal_then_recovered_once_caught_up() -> None:
     assert watch.check({}, commits, T0 + 22_000, 1) == [] and list(watch.gauges()) == []
 
 
+def test_a_stale_mv_whose_base_is_gone_is_not_declared_recovered() -> None:
+    commits, watch = Commits(), FreshnessWatch()
+    commits.commit("sales", T0)
+    tasks = {"mv:v": mv_task({"sales": 0})}
+    assert [e["state"] for e in watch.check(tasks, commits, T0 + 60_000, 1)] == ["STALE"]
+    del commits.times["sales"]
+    assert watch.check(tasks, commits, T0 + 61_000, 1) == []
+    assert [(g.stale, g.lag_s) for g in watch.gauges()] == [(True, 60.0)], "the last decision stays"
+
+
 def test_a_coordinator_that_takes_over_announces_only_what_is_stale() -> None:
     commits = Commits()
     commits.commit("sales", T0)

@@ -13,6 +13,8 @@ task's checkpoint, also when the owner is silent, which is when users most need 
 publishes a ``FreshnessEvent`` on the freshness topic when a task turns STALE and when it is
 RECOVERED, and exports per-task gauges. After a failover the new coordinator announces the MVs
 stale at that moment again (a repeated STALE); one that recovered in between gets no RECOVERED.
+Nothing is decided for an MV while a base's log cannot be read (the table is gone, or the warehouse
+is not local: ``workers.warehouse`` reads local Delta logs only so far).
 """
 
 from __future__ import annotations
@@ -63,9 +65,16 @@ def freshness_goal(task: Mapping[str, object]) -> Goal | None:
     return None
 
 
+def bases_known(task: Mapping[str, object], commits: BaseCommits) -> bool:
+    """Whether every base table's latest version is known (it exists, its log is readable here)."""
+    mv = task["mv"]
+    assert isinstance(mv, Mapping)
+    return all(commits.latest_version(base) is not None for base in mv["base_tables"])
+
+
 def behind_since(task: Mapping[str, object], commits: BaseCommits) -> int | None:
     """Epoch ms of the oldest base-table commit the MV's data does not reflect; None when it reflects
-    every commit (or nothing is known of its bases)."""
+    every commit (bases whose version is unknown are left out: see ``bases_known``)."""
     mv = task["mv"]
     assert isinstance(mv, Mapping)
     checkpoint = task.get("checkpoint") or {}
@@ -130,6 +139,10 @@ class FreshnessWatch:
         for task_id, task in tasks.items():
             goal = freshness_goal(task)
             if goal is None:
+                continue
+            if not bases_known(task, commits):  # a base gone, a remote warehouse: nothing to decide
+                if task_id in self._gauges:
+                    gauges[task_id] = self._gauges[task_id]
                 continue
             since = behind_since(task, commits)
             lag_ms = 0 if since is None else max(0, now_ms - since)
