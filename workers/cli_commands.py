@@ -209,6 +209,7 @@ def cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.worker.history_sink import HISTORY_SINK_STOP_S, start_history_sink
     from workers.worker.manager import Manager
     from workers.worker.runner import SparkRunner
 
@@ -216,7 +217,13 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     runner = SparkRunner(settings)
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
-    return Manager(settings, runner=runner, pollers=args.pollers).run(_stop_event())
+    stop = _stop_event()
+    sink = start_history_sink(settings, stop)  # MVS_HISTORY_TABLES=1: runs and tasks as Delta tables
+    code = Manager(settings, runner=runner, pollers=args.pollers).run(stop)
+    if sink is not None:
+        stop.set()
+        sink.join(HISTORY_SINK_STOP_S)
+    return code
 
 
 def cmd_broker(settings: Settings, args: argparse.Namespace) -> int:

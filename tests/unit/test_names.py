@@ -65,3 +65,12 @@ def test_owner_rule_settings_from_the_environment() -> None:
     assert settings.owner_rule is True
     assert settings.admin_principals == frozenset({"User:admin", "User:ops"})
     assert Settings.from_env({}).owner_rule is False and Settings.from_env({}).admin_principals == frozenset()
+
+
+@pytest.mark.parametrize("name", sorted(names.RESERVED_TABLE_NAMES))
+def test_the_fleets_own_tables_cannot_be_mv_names(name: str) -> None:
+    problem = names.mv_name_problem(name)
+    assert problem is not None and "reserved" in problem
+    # ...but an MV may read them, and they are valid warehouse folders
+    assert names.name_problem(name, "table") is None
+    assert names.check_table_name(name) == name

@@ -33,6 +33,7 @@ EXPECTED = {
     "coordinator": (1, "io.mvs.Heartbeat", "delete"),
     "runs": (3, "io.mvs.RunRecord", "delete"),
     "dlq": (1, None, "delete"),
+    "freshness": (3, "io.mvs.FreshnessEvent", "delete"),
 }
 
 

@@ -27,7 +27,13 @@ MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of table T in the table 
 MVSTATE_SUFFIX = "__mvstate"
 # A warehouse folder may also be an MV log or state table: the longest name plus the longest suffix.
 MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(MVSTATE_SUFFIX))
+# The fleet's own tables in the warehouse (workers/jobs/history_table.py): run history and task
+# states. An MV may read them; none may be created under these names (it would replace them).
+REFRESH_HISTORY_TABLE = "mvs_refresh_history"
+TASKS_TABLE = "mvs_tasks"
+RESERVED_TABLE_NAMES = frozenset({REFRESH_HISTORY_TABLE, TASKS_TABLE})
 _SHOWN_CHARS = 40
+_RESERVED_WHAT = {REFRESH_HISTORY_TABLE: "refresh history", TASKS_TABLE: "task states"}
 
 
 class InvalidName(ValueError):
@@ -74,6 +80,8 @@ def mv_name_problem(name: object) -> str | None:
         return f"materialized view names ending in {MLOG_SUFFIX} are reserved for MV log tables"
     if problem is None and isinstance(name, str) and name.endswith(MVSTATE_SUFFIX):
         return f"materialized view names ending in {MVSTATE_SUFFIX} are reserved for MV state tables"
+    if problem is None and name in RESERVED_TABLE_NAMES:
+        return f"{name} is reserved for the table mvs keeps its {_RESERVED_WHAT[str(name)]} in"
     return problem
 
 

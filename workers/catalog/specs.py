@@ -79,11 +79,14 @@ def checked_mv_spec(spec: object, *, query_may_be_empty: bool = False) -> Record
     base_tables = spec.get("base_tables", [])
     if not isinstance(base_tables, list) or not all(isinstance(t, str) for t in base_tables):
         raise _invalid("base_tables must be a list of table names")
+    freshness = spec.get("freshness_ms")
     return {
         "query": query,
         "refresh_mode": mode,
         "trigger": checked_trigger(spec.get("trigger")),
         "base_tables": list(base_tables),
+        # The freshness goal (FRESHNESS clause; workers/coordinator/freshness.py), optional.
+        "freshness_ms": None if freshness is None else check_interval(freshness, "FRESHNESS"),
     }
 
 

@@ -29,15 +29,17 @@ class Effects:
     manager: list[Record] = field(default_factory=list)
     maintainer: list[Record] = field(default_factory=list)
     results: list[Record] = field(default_factory=list)
+    freshness: list[Record] = field(default_factory=list)  # FreshnessEvents (coordinator/freshness.py)
 
     def merge(self, other: Effects) -> None:
         self.catalog.update(other.catalog)
         self.manager.extend(other.manager)
         self.maintainer.extend(other.maintainer)
         self.results.extend(other.results)
+        self.freshness.extend(other.freshness)
 
     def __bool__(self) -> bool:
-        return bool(self.catalog or self.manager or self.maintainer or self.results)
+        return bool(self.catalog or self.manager or self.maintainer or self.results or self.freshness)
 
 
 def mv_task_id(name: str) -> str:

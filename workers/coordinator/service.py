@@ -28,6 +28,7 @@ from typing import ClassVar
 from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus
 from workers.catalog.errors import ErrorCode, task_error
 from workers.config import Settings
+from workers.coordinator.freshness import CHECK_EVERY_S, BaseCommits, FreshnessWatch, WarehouseCommits
 from workers.coordinator.handlers import (
     Context,
     Effects,
@@ -41,8 +42,9 @@ from workers.coordinator.handlers import (
 from workers.kafka.typed import BusError, Message
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
+from workers.sched.metrics import SchedMetrics, process_metrics
 from workers.topics import topic_spec
-from workers.warehouse import table_exists
+from workers.warehouse import latest_version, read_commit, table_exists
 
 log = logging.getLogger(__name__)
 DdlHandler = Callable[[Record, Mapping[str, Record], Context], Effects]
@@ -62,10 +64,13 @@ class Coordinator(LoopRole):
         clock: Clock | None = None,
         table_exists_fn: Callable[[str], bool] | None = None,
         ddl_handler: DdlHandler | None = None,
+        base_commits: BaseCommits | None = None,
+        metrics: SchedMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.bus: Bus = bus if bus is not None else KafkaBus(settings)
         self.clock = clock or SystemClock()
+        self.metrics = metrics if metrics is not None else process_metrics()
         self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
         self._handle_ddl = ddl_handler or handle_ddl
         self.tasks: dict[str, Record] = {}
@@ -83,6 +88,16 @@ class Coordinator(LoopRole):
         # completed since clears both: see recovered_tasks).
         self._restarts: dict[str, int] = {}
         self._restarted_at: dict[str, int] = {}
+        # Freshness goals (FRESHNESS / TARGET LAG): decided while active, from the bases' Delta logs.
+        self._freshness = FreshnessWatch()
+        self._base_commits = base_commits or WarehouseCommits(
+            lambda table: latest_version(settings, table), lambda table, v: read_commit(settings, table, v)
+        )
+        self._last_freshness_check = float("-inf")
+        self.metrics.track_freshness(self._freshness.gauges)
+
+    def loop_metrics(self) -> SchedMetrics:
+        return self.metrics
 
     # -- election ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +147,7 @@ class Coordinator(LoopRole):
     def _stand_by(self) -> None:
         self.active = False
         self._pending = Effects()
+        self._freshness.reset()
         try:
             self._heartbeats.unassign("coordinator", [0])
         except Exception as exc:  # a local call; whatever it says, the next activation assigns afresh
@@ -212,6 +228,7 @@ class Coordinator(LoopRole):
             if heartbeat.value is not None:
                 self._on_heartbeat(heartbeat)
         self._check_liveness()
+        self._check_freshness()
         # Catalog-only updates (checkpoints, last runs) are batched; commands — an epoch raised for a
         # new owner, a restart — go out at once: a moved task waits for them (failover latency).
         commands = self._pending.manager or self._pending.maintainer
@@ -256,6 +273,14 @@ class Coordinator(LoopRole):
             del self._last_seen[worker]
         if effects:
             self._pending.merge(effects)
+
+    def _check_freshness(self) -> None:
+        if self.clock.monotonic() - self._last_freshness_check >= CHECK_EVERY_S:
+            self._last_freshness_check = self.clock.monotonic()
+            view, now_ms = self._view(), self.clock.wall_ms()
+            self._pending.freshness += self._freshness.check(
+                view, self._base_commits, now_ms, self.coordinator_epoch
+            )
 
     def _view(self) -> dict[str, Record]:
         """The catalog including not yet flushed heartbeat updates."""
@@ -357,6 +382,8 @@ class Coordinator(LoopRole):
                 producer.send("maintainer", command["task_id"], command)
             for result in effects.results:
                 producer.send("ddl.results", result["event_id"], result)
+            for event in effects.freshness:
+                producer.send("freshness", event["task_id"], event)
             if consume is not None:
                 producer.send_offsets(consume)
             producer.commit()
@@ -370,8 +397,11 @@ class Coordinator(LoopRole):
                 self.tasks.pop(task_id, None)
             else:
                 self.tasks[task_id] = task
+        for event in effects.freshness:
+            self.metrics.record_freshness_event(event["state"])
 
     def close(self) -> None:
+        self.metrics.track_freshness(None)
         self._ddl.close()
         self._heartbeats.close()
         if self._producer is not None:

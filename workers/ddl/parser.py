@@ -66,9 +66,30 @@ class _Parsed:
     name: str
     mv: dict[str, Any] | None = None
     mv_log: dict[str, Any] | None = None
-    # Whether ALTER spelled out the mode / trigger: MvSpec cannot say "unchanged" (see apply_alter).
+    # Whether ALTER spelled out the mode / trigger / freshness: MvSpec cannot say "unchanged"
+    # (see apply_alter).
     mode_given: bool = False
     trigger_given: bool = False
+    freshness_given: bool = False
+
+
+class _NotGiven:
+    """A clause the statement did not write (FRESHNESS NONE, by contrast, is a given None)."""
+
+
+NOT_GIVEN = _NotGiven()
+
+
+def _mv_change(
+    action: str, name: str, query: str, tables: list[str], mode: str | None, trigger: Any, freshness: Any
+) -> _Parsed:
+    """A CREATE_MV / ALTER_MV: its MvSpec (defaults for what was not written) and what was written."""
+    mv: dict[str, Any] = {"query": query, "refresh_mode": mode or DEFAULT_MODE, "base_tables": tables}
+    mv["trigger"] = trigger or default_trigger()
+    given = not isinstance(freshness, _NotGiven)
+    if given:  # an MvSpec field since FRESHNESS: absent is null
+        mv["freshness_ms"] = freshness
+    return _Parsed(action, name, mv, None, mode is not None, bool(trigger), given)
 
 
 def parse_statement(
@@ -94,10 +115,10 @@ def parse_statement(
     }
 
 
-def given_clauses(sql: str) -> tuple[bool, bool]:
-    """Whether ALTER statement ``sql`` spells out (its refresh mode, its trigger)."""
+def given_clauses(sql: str) -> tuple[bool, bool, bool]:
+    """Whether ALTER statement ``sql`` spells out (its refresh mode, its trigger, its freshness)."""
     parsed = _Parser(sql).statement()
-    return parsed.mode_given, parsed.trigger_given
+    return parsed.mode_given, parsed.trigger_given, parsed.freshness_given
 
 
 class _Parser:
@@ -199,6 +220,7 @@ class _Parser:
         if name.endswith(MLOG_SUFFIX):
             raise self.error(f"names ending in {MLOG_SUFFIX} are reserved for MV logs", name_token)
         mode, trigger = self.refresh_options(required=False)
+        freshness = self.freshness()
         as_token = self.lex.next()
         if not as_token.is_word("AS"):
             if as_token.is_word("SELECT", "WITH", "FROM"):
@@ -216,13 +238,7 @@ class _Parser:
                 "use REFRESH COMPLETE or REFRESH FORCE",
                 query_pos,
             )
-        mv = {
-            "query": query,
-            "refresh_mode": mode or DEFAULT_MODE,
-            "trigger": trigger or default_trigger(),
-            "base_tables": list(info.base_tables),
-        }
-        return _Parsed("CREATE_MV", name, mv=mv, mode_given=mode is not None, trigger_given=bool(trigger))
+        return _mv_change("CREATE_MV", name, query, list(info.base_tables), mode, trigger, freshness)
 
     def query(self, start: int) -> tuple[str, QueryInfo, int]:
         """The query text after AS (trailing ';' dropped), its analysis, and where it starts."""
@@ -271,20 +287,15 @@ class _Parser:
             self.lex.next()
             self.accept("REFRESH")
             return _Parsed("CANCEL", name)
-        if not token.is_word("REFRESH", "EVERY", "ON", "TARGET"):
+        if not token.is_word("REFRESH", "EVERY", "ON", "TARGET", "FRESHNESS"):
             raise self.error(
-                "expected REFRESH, a schedule (EVERY, ON CHANGE, ON DEMAND, TARGET LAG), PAUSE, RESUME "
-                f"or CANCEL after the view name, found {token.describe()}",
+                "expected REFRESH, a schedule (EVERY, ON CHANGE, ON DEMAND, TARGET LAG), FRESHNESS, PAUSE, "
+                f"RESUME or CANCEL after the view name, found {token.describe()}",
                 token,
             )
-        mode, trigger = self.refresh_options(required=True)
-        mv = {
-            "query": "",  # "" = query unchanged
-            "refresh_mode": mode or DEFAULT_MODE,
-            "trigger": trigger or default_trigger(),
-            "base_tables": [],
-        }
-        return _Parsed("ALTER_MV", name, mv=mv, mode_given=mode is not None, trigger_given=bool(trigger))
+        mode, trigger = self.refresh_options(required=not token.is_word("FRESHNESS"))
+        freshness = self.freshness()
+        return _mv_change("ALTER_MV", name, "", [], mode, trigger, freshness)  # "" = query unchanged
 
     def drop(self) -> _Parsed:
         self.mv_keywords("DROP")
@@ -317,6 +328,12 @@ class _Parser:
                 f"expected COMPLETE, FAST, FORCE or a schedule after REFRESH, found {token.describe()}", token
             )
         return mode, trigger
+
+    def freshness(self) -> int | None | _NotGiven:
+        """``[FRESHNESS interval | FRESHNESS NONE]``: the goal in ms, None (NONE), or NOT_GIVEN."""
+        if self.accept("FRESHNESS") is None:
+            return NOT_GIVEN
+        return None if self.accept("NONE") else self.interval("FRESHNESS")
 
     def trigger(self) -> dict[str, Any] | None:
         token = self.lex.peek()

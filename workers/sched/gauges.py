@@ -15,3 +15,12 @@ class TaskGauges(NamedTuple):
     task_id: str
     lag_s: float | None  # age of the data an MV reflects (None: not an MV, or never refreshed here)
     next_run_in_s: float | None  # None: nothing scheduled (ON DEMAND, paused, failed, running)
+
+
+class FreshnessGauges(NamedTuple):
+    """One MV's freshness against its goal (FRESHNESS or TARGET LAG), as the coordinator last decided."""
+
+    task_id: str
+    lag_s: float  # age of the oldest base-table commit the MV does not reflect (0: current)
+    goal_s: float
+    stale: bool

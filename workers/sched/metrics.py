@@ -4,7 +4,9 @@ Executor numbers are read from ``BoundedExecutor.metrics()`` at scrape time (a c
 collector), so they are never counted twice and need no calls on the hot path. Per-task gauges
 (data lag, time to next run) are read at scrape time too, from a source the manager registers
 (its maintainers' ``gauges()``): a gauge set when the schedule changed would be stale a second
-later. The skip counter is incremented by the maintainer.
+later. The skip counter is incremented by the maintainer. The active coordinator registers its
+freshness decisions (``mvs_mv_stale``, ``mvs_mv_freshness_lag_seconds``) and counts the freshness
+events it publishes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from workers.sched.executor_types import EXECUTOR_COUNTERS, EXECUTOR_LEVELS, ExecutorMetrics
-from workers.sched.gauges import TaskGauges
+from workers.sched.gauges import FreshnessGauges, TaskGauges
 
 __all__ = ["PREFIX", "MeteredExecutor", "SchedMetrics", "TaskGauges", "process_metrics", "serve_metrics"]
 
@@ -98,6 +100,37 @@ class _TaskCollector:
         yield next_run
 
 
+FreshnessSource = Callable[[], Iterable[FreshnessGauges]]
+
+
+class _FreshnessCollector:
+    """The active coordinator's freshness decisions (``workers/coordinator/freshness.py``)."""
+
+    def __init__(self) -> None:
+        self.source: FreshnessSource | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        source = self.source
+        lag = GaugeMetricFamily(
+            "mvs_mv_freshness_lag_seconds",
+            "Age of the oldest base-table commit an MV with a freshness goal does not reflect",
+            labels=["task_id"],
+        )
+        goal = GaugeMetricFamily(
+            "mvs_mv_freshness_goal_seconds", "An MV's FRESHNESS or TARGET LAG", labels=["task_id"]
+        )
+        stale = GaugeMetricFamily(
+            "mvs_mv_stale", "1 while an MV misses its freshness goal", labels=["task_id"]
+        )
+        for gauges in source() if source is not None else ():
+            lag.add_metric([gauges.task_id], gauges.lag_s)
+            goal.add_metric([gauges.task_id], gauges.goal_s)
+            stale.add_metric([gauges.task_id], 1.0 if gauges.stale else 0.0)
+        yield lag
+        yield goal
+        yield stale
+
+
 class SchedMetrics:
     """The scheduling metrics of one process; tests build their own on a fresh registry."""
 
@@ -107,6 +140,14 @@ class SchedMetrics:
         self.registry.register(self._executors)
         self._tasks = _TaskCollector()
         self.registry.register(self._tasks)
+        self._freshness = _FreshnessCollector()
+        self.registry.register(self._freshness)
+        self.freshness_events = Counter(
+            "mvs_freshness_events",
+            "Freshness events published (an MV turned STALE or RECOVERED)",
+            ["state"],
+            registry=self.registry,
+        )
         self.skipped = Counter(
             f"{PREFIX}_skipped",
             "Due runs that ran no job (base tables unchanged, or the result already applied)",
@@ -138,6 +179,13 @@ class SchedMetrics:
     def untrack_tasks(self, name: str) -> None:
         """Drop a source; its tasks' series disappear from the next scrape."""
         self._tasks.untrack(name)
+
+    def track_freshness(self, source: FreshnessSource | None) -> None:
+        """Export, at every scrape, the freshness gauges ``source()`` returns (None: stop)."""
+        self._freshness.source = source
+
+    def record_freshness_event(self, state: str) -> None:
+        self.freshness_events.labels(state).inc()
 
     def record_skip(self, reason: str = "no_change") -> None:
         self.skipped.labels(reason).inc()
