@@ -218,7 +218,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     if not args.lazy_spark:
         runner.warm()  # before joining the group: a task that fails over here runs without a JVM start
     stop = _stop_event()
-    sink = start_history_sink(settings, stop)  # MVS_HISTORY_TABLES=1: runs and tasks as Delta tables
+    sink = start_history_sink(settings, stop)  # runs and tasks as Delta tables (MVS_HISTORY_TABLES=0: off)
     code = Manager(settings, runner=runner, pollers=args.pollers).run(stop)
     if sink is not None:
         stop.set()

@@ -103,8 +103,8 @@ def test_catalog_records_mean_the_newest_per_key_and_tombstones_remove() -> None
     assert [r["task_id"] for r in removed] == ["mv:b"]
 
 
-def test_the_sink_runs_when_turned_on() -> None:
-    assert not history_tables_enabled({})
+def test_the_sink_runs_unless_turned_off() -> None:
+    assert history_tables_enabled({})
     assert history_tables_enabled({"MVS_HISTORY_TABLES": "1"})
     assert not history_tables_enabled({"MVS_HISTORY_TABLES": "0"})
 

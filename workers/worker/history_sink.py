@@ -249,10 +249,11 @@ class HistorySink(LoopRole):
 
 
 def history_tables_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """``MVS_HISTORY_TABLES=1`` runs the sink in ``mvs worker``. Off by default for now: with it, each
-    worker's JVM does a Delta append or MERGE every flush (measured: tests/integration/test_fleet.py
-    took 186 s instead of 157 s on 2 cores)."""
-    value = (os.environ if environ is None else environ).get("MVS_HISTORY_TABLES", "0")
+    """``mvs worker`` runs the sink unless ``MVS_HISTORY_TABLES=0``: each worker's JVM then does a
+    Delta append or MERGE per flush (every 10 s at most) — tests/integration/test_fleet.py took 186 s
+    instead of 157 s on 2 cores, so the fleet tests' role processes turn it off (processes.role_env)
+    and tests/integration/test_history_tables.py tests it."""
+    value = (os.environ if environ is None else environ).get("MVS_HISTORY_TABLES", "1")
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
