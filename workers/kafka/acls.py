@@ -153,7 +153,9 @@ def role_grants(settings: Settings, roles: Roles) -> list[Grant]:
     out: list[Grant] = []
     for p in roles.coordinators:
         out += _topics(settings, p, ["ddl", "coordinator", "catalog"], ["READ"])
-        out += _topics(settings, p, ["catalog", "manager", "maintainer", "ddl.results", "dlq"], ["WRITE"])
+        out += _topics(
+            settings, p, ["catalog", "manager", "maintainer", "ddl.results", "dlq", "freshness"], ["WRITE"]
+        )
         out += _grants(p, "group", settings.group("coordinator"), ["READ"])
         out += _grants(p, "transactional_id", settings.group("coordinator"), ["WRITE"])
         out += _grants(p, "cluster", CLUSTER, ["IDEMPOTENT_WRITE"])
@@ -168,6 +170,9 @@ def role_grants(settings: Settings, roles: Roles) -> list[Grant]:
         out += _topics(settings, p, ["coordinator", "runs", "dlq"], ["WRITE"])
         out += _grants(p, "group", settings.group("workers"), ["READ"])
         out += _grants(p, "group", settings.group("workers.maintainer"), ["READ"])
+        # The history tables' sink (workers.worker.history_sink): runs and catalog in its own group.
+        out += _topics(settings, p, ["runs"], ["READ"])
+        out += _grants(p, "group", settings.group("history"), ["READ"])
         out += _grants(p, "cluster", CLUSTER, ["IDEMPOTENT_WRITE"])
         out += _reader(settings, p)
     for p in roles.ddl_producers:
@@ -177,7 +182,9 @@ def role_grants(settings: Settings, roles: Roles) -> list[Grant]:
         out += _reader(settings, p)
     for p in roles.operators:
         # coordinator: the workers' heartbeats, for the last loop error `mvs status` shows.
-        out += _topics(settings, p, ["catalog", "runs", "ddl", "ddl.results", "coordinator"], ["READ"])
+        out += _topics(
+            settings, p, ["catalog", "runs", "ddl", "ddl.results", "coordinator", "freshness"], ["READ"]
+        )
         out += _grants(p, "group", settings.group("coordinator"), ["DESCRIBE"])
         out += _grants(p, "group", settings.group("workers"), ["DESCRIBE"])
         out += _reader(settings, p)
