@@ -1,0 +1,109 @@
+"""Issue 11, item 2: a Spark cluster — ``MVS_SPARK_MASTER=spark://…`` against a real standalone master
+and worker started from PySpark's own distribution (``workers.embedded.spark_cluster``).
+
+A real ``mvs worker`` process is the driver; its executors run on the cluster's worker (one core), and
+the Delta jars reach them through ``spark.jars``. A COMPLETE and a FAST refresh keep their MVs equal
+to their queries; then a long refresh is cancelled from mvs, and the cancellation reaches the
+executor: its log says the task was killed, and the next refresh runs on the same single core.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import wait_until
+from tests.integration.fleet import BIG_ROWS, BIG_SCHEMA, SLOW_QUERY, Harness, big_rows, step
+from tests.integration.processes import Fleet
+from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from workers.config import Settings
+from workers.embedded.spark_cluster import SparkStandalone
+from workers.jobs.tables import append, create_table
+from workers.warehouse import latest_version
+
+pytestmark = pytest.mark.integration
+
+BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
+BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    with SparkStandalone(tmp_path_factory.mktemp("spark-cluster"), workers=1, cores=1) as cluster:
+        yield cluster
+
+
+def current(h: Harness, name: str, query: str) -> bool:
+    task = h.task(f"mv:{name}")
+    if not task or task["checkpoint"].get("sales") != latest_version(h.settings, "sales"):
+        return False
+    return mv_rows(h.spark, h.settings, name) == query_rows(h.spark, h.settings, query)
+
+
+def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
+    standalone: SparkStandalone, kafka_bootstrap: str, spark: Any, tmp_path: Path
+) -> None:
+    settings = Settings.from_env(
+        bootstrap_servers=kafka_bootstrap,
+        embedded=False,
+        replication_factor=1,
+        namespace=f"sc{uuid.uuid4().hex[:8]}",
+        warehouse=str(tmp_path / "warehouse"),
+        session_timeout_ms=3000,
+    )
+    fleet = Fleet(settings, tmp_path / "logs", env={"MVS_SPARK_MASTER": standalone.master_url})
+    h = Harness(settings, fleet, spark)
+    try:
+        fleet.coordinator("c1")
+        worker = h.new_worker()
+        create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
+        create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
+        h.wait_warm(worker)
+        apps = standalone.status().get("activeapps", [])
+        assert isinstance(apps, list) and [a.get("name") for a in apps] == ["mvs"], (
+            apps
+        )  # the worker's driver
+        step("spark cluster: the worker's driver is an application of the master")
+
+        h.ok("CREATE MATERIALIZED VIEW LOG ON sales")
+        h.ok(f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 2 SECONDS AS {BY_REGION}")
+        h.ok(f"CREATE MATERIALIZED VIEW big_sales REFRESH FAST ON CHANGE AS {BIG}")
+        for round_no in range(2):
+            for name, query in (("by_region", BY_REGION), ("big_sales", BIG)):
+                wait_until(lambda n=name, q=query: current(h, n, q), timeout_s=180, what=f"{name} current")
+            append(spark, settings, "sales", rows(100 + 10 * round_no, 5))
+        fast = [r for r in h.runs_of("mv:big_sales") if r["state"] == "COMPLETED"]
+        assert any(r["message"].startswith("incremental:") for r in fast), [r["message"] for r in fast]
+        step("spark cluster: COMPLETE and FAST refreshes ran on the executors")
+
+        h.ok(f"CREATE MATERIALIZED VIEW slow REFRESH COMPLETE ON DEMAND AS {SLOW_QUERY}")
+        running = h.wait_run("mv:slow", states={"RUNNING"})
+        # Nothing else has work (the bases are still): a task on the executor now is the slow query's.
+        busy = wait_until(
+            standalone.running_tasks, timeout_s=120, what="the slow query's task on the executor"
+        )
+        h.ok("CANCEL REFRESH MATERIALIZED VIEW slow")
+        ended = h.wait_run("mv:slow", states={"CANCELED", "COMPLETED", "ERROR"}, run_id=running["run_id"])
+        assert ended["state"] == "CANCELED", ended
+        killed = re.compile(r"killed task \S+ in stage \S+ \(TID (\d+)\)")
+        wait_until(
+            lambda: busy & set(killed.findall(standalone.executor_logs())),
+            timeout_s=60,
+            what=f"the executor killing task {sorted(busy)}",
+        )
+        step("spark cluster: the cancel reached the executor")
+        append(spark, settings, "sales", rows(200, 5))  # the single core is free again: the next run runs
+        wait_until(
+            lambda: current(h, "by_region", BY_REGION), timeout_s=120, what="by_region after the cancel"
+        )
+    except BaseException:
+        print(fleet.logs())
+        raise
+    finally:
+        fleet.close()
+        h.close()
