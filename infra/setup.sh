@@ -16,4 +16,5 @@ if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
   touch "$stamp"
 fi
 bash infra/fetch_jars.sh >/dev/null
+bash infra/setup_objectstore.sh >/dev/null
 echo "mvs set up: .venv ready, jars in .cache/jars"
