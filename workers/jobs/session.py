@@ -7,6 +7,7 @@ properties set by one run never leak into another.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -70,9 +71,16 @@ def _apply_storage(session: SparkSession, settings: Settings) -> None:
     applied = tuple(sorted(options.items()))
     if not options or applied in _storage_applied:
         return
-    hadoop_conf = session.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - not in PySpark's API
-    for key, value in options.items():
-        hadoop_conf.set(key, value)
+    # py4j logs every command it sends at DEBUG: these carry the credentials.
+    py4j_logger = logging.getLogger("py4j")
+    level = py4j_logger.level
+    py4j_logger.setLevel(max(level, logging.INFO))
+    try:
+        hadoop_conf = session.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - not in PySpark's API
+        for key, value in options.items():
+            hadoop_conf.set(key, value)
+    finally:
+        py4j_logger.setLevel(level)
     _storage_applied.add(applied)
 
 
