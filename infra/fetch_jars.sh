@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Fetches the Apache Kafka broker and the Delta Lake jars from Maven Central into .cache/jars.
+# Fetches the Apache Kafka broker, the Delta Lake jars and Hadoop's S3A (s3:// warehouses) from Maven
+# Central into .cache/jars.
 # Idempotent: a folder that is already complete is left alone.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jars="$root/.cache/jars"
-for profile in kafka delta; do
+for profile in kafka delta s3a; do
   stamp="$jars/$profile/.complete"
   if [[ -f "$stamp" && "$stamp" -nt "$root/infra/jars/pom.xml" ]]; then continue; fi
   rm -rf "$jars/$profile"

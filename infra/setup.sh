@@ -19,4 +19,5 @@ bash infra/fetch_jars.sh >/dev/null
 bash infra/setup_registry.sh >/dev/null
 bash infra/setup_compose_schema.sh >/dev/null
 bash infra/setup_browser.sh
+bash infra/setup_objectstore.sh >/dev/null
 echo "mvs set up: .venv ready, jars in .cache/jars"

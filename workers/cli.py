@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--status-page", action="store_true", help="serve the REST API and status page on MVS_API_PORT (8083)"
     )
+    demo.add_argument(
+        "--object-store",
+        action="store_true",
+        help="the warehouse on an S3-compatible object store (versitygw)",
+    )
     demo.add_argument("--all", action="store_true", help="every option above")
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -239,4 +239,5 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         rounds=args.rounds,
         registry=args.registry or args.all,
         status_page=args.status_page or args.all,
+        object_store=args.object_store or args.all,
     )

@@ -7,7 +7,8 @@ in docker compose, or against an existing cluster:
 - ``MVS_KAFKA_<OPTION>``: passed through to every Kafka client, e.g.
   ``MVS_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` becomes ``security.protocol=SASL_SSL``.
 - ``MVS_NAMESPACE``: prefix of every topic and consumer group (default ``mvs``).
-- ``MVS_WAREHOUSE``: folder or URI holding the Delta tables (default ``./warehouse``).
+- ``MVS_WAREHOUSE``: folder or URI holding the Delta tables (default ``./warehouse``); on an object
+  store e.g. ``s3://bucket/prefix`` (``StorageSettings`` below says how it is reached).
 - ``MVS_SPARK_MASTER``: Spark master URL (default ``local[2]``).
 - ``MVS_GROUP_PROTOCOL``: ``classic`` (default, cooperative-sticky) or ``consumer`` (KIP-848).
 - ``MVS_SESSION_TIMEOUT_MS``: consumer-group session timeout, i.e. how long a dead worker keeps
@@ -75,6 +76,100 @@ def _comma_list(env: Mapping[str, str], name: str) -> list[str]:
     return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
 
 
+# -- object-store warehouse ------------------------------------------------------------------------
+# ``s3://`` and ``s3n://`` warehouses are addressed as ``s3a://`` (Hadoop's S3A file system) so that
+# every Spark path to a table is the same string (Delta's per-path log cache and its in-JVM S3 commit
+# lock key on it); ``gs://``, ``abfss://`` and the rest stay as written.
+SPARK_S3A_SCHEMES = ("s3", "s3n")
+STORAGE_OPTION_PREFIX = "MVS_STORAGE_"
+
+
+def spark_location(uri: str) -> str:
+    """``uri`` as Spark addresses it: ``s3://`` / ``s3n://`` become ``s3a://``, others unchanged."""
+    scheme, sep, rest = uri.partition("://")
+    return f"s3a://{rest}" if sep and scheme.lower() in SPARK_S3A_SCHEMES else uri
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """How an object-store warehouse is reached, from the environment:
+
+    - ``MVS_S3_ENDPOINT``: an S3-compatible server's URL (``http://host:9000``); path-style requests,
+      plain HTTP allowed when the URL says ``http``. Unset: AWS S3 itself.
+    - ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN`` / ``AWS_REGION``
+      (or ``AWS_DEFAULT_REGION``): given explicitly to Spark's S3A and to the no-JVM log readers.
+      Unset: each uses its own default chain (instance profile, ``~/.aws``…).
+    - ``MVS_STORAGE_<OPTION>``: any other option of the no-JVM readers (delta-rs / object_store keys,
+      e.g. ``MVS_STORAGE_AZURE_STORAGE_ACCOUNT_NAME``, ``MVS_STORAGE_GOOGLE_SERVICE_ACCOUNT``); Spark
+      reads its own Hadoop options from ``spark-defaults.conf`` (README "Object-store warehouse").
+
+    Secrets are kept out of ``repr`` (so out of logs and tracebacks that print settings); no record
+    or topic carries settings.
+    """
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StorageSettings:
+        return cls(
+            endpoint=env.get("MVS_S3_ENDPOINT") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+            options={
+                key[len(STORAGE_OPTION_PREFIX) :].lower(): value
+                for key, value in env.items()
+                if key.startswith(STORAGE_OPTION_PREFIX)
+            },
+        )
+
+    def _region(self) -> str | None:
+        # An S3-compatible server ignores the region but the AWS SDKs insist on one.
+        return self.region or ("us-east-1" if self.endpoint else None)
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """Storage options of the no-JVM readers (delta-rs, object_store key names)."""
+        options: dict[str, str] = {}
+        pairs = (
+            ("aws_endpoint_url", self.endpoint),
+            ("aws_region", self._region()),
+            ("aws_access_key_id", self.access_key_id),
+            ("aws_secret_access_key", self.secret_access_key),
+            ("aws_session_token", self.session_token),
+        )
+        options.update((key, value) for key, value in pairs if value)
+        if self.endpoint:
+            options["aws_virtual_hosted_style_request"] = "false"
+            options["aws_allow_http"] = str(self.endpoint.lower().startswith("http://")).lower()
+        return {**options, **self.options}
+
+    def hadoop_options(self) -> dict[str, str]:
+        """Hadoop S3A options (``fs.s3a.*``) for Spark; set on the live Hadoop configuration, never
+        in Spark's conf (which the UI and event logs show)."""
+        options: dict[str, str] = {}
+        pairs = (
+            ("fs.s3a.endpoint", self.endpoint),
+            ("fs.s3a.endpoint.region", self._region()),
+            ("fs.s3a.access.key", self.access_key_id),
+            ("fs.s3a.secret.key", self.secret_access_key),
+            ("fs.s3a.session.token", self.session_token),
+        )
+        options.update((key, value) for key, value in pairs if value)
+        if self.endpoint:
+            options["fs.s3a.path.style.access"] = "true"
+            options["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.lower().startswith("https")).lower()
+        return options
+
+
+# -- end of object-store warehouse ------------------------------------------------------------------
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -120,6 +215,8 @@ class Settings:
     replication_factor: int | None = None
     # A Confluent-compatible schema registry: records in the Confluent wire format (workers.kafka.registry).
     schema_registry_url: str | None = None
+    # How an object-store warehouse is reached (endpoint, credentials): see StorageSettings.
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -130,7 +227,7 @@ class Settings:
             bootstrap_servers=bootstrap or EMBEDDED_BOOTSTRAP,
             embedded=not bootstrap,
             kafka_options=_kafka_options_from_env(env),
-            warehouse=env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse")),
+            warehouse=spark_location(env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse"))),
             spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
@@ -146,6 +243,7 @@ class Settings:
             api_timeout_s=float(env.get("MVS_API_TIMEOUT_S", str(cls.api_timeout_s))),
             replication_factor=int(env.get("MVS_REPLICATION_FACTOR") or 0) or None,
             schema_registry_url=env.get("MVS_SCHEMA_REGISTRY_URL") or None,
+            storage=StorageSettings.from_env(env),
         )
         return replace(settings, **overrides)  # type: ignore[arg-type]
 

@@ -23,9 +23,10 @@ from typing import Any
 from workers.client import MvsClient, StatementError
 from workers.config import CACHE_DIR, REPO_ROOT, Settings
 from workers.embedded.broker import EmbeddedKafka
+from workers.embedded.objectstore import EmbeddedObjectStore
 from workers.embedded.registry import EmbeddedRegistry
 from workers.status import status_table
-from workers.warehouse import latest_version
+from workers.warehouse import latest_version, table_path
 
 REGIONS = ["north", "south", "east", "west"]
 MANAGERS = {"north": "ann", "south": "bob", "east": "cy", "west": "di"}
@@ -98,34 +99,38 @@ def _hold_page(settings: Settings) -> None:
 
 
 def run_demo(
-    rounds: int = 3, timeout_s: float = 180.0, *, registry: bool = False, status_page: bool = False
+    rounds: int = 3,
+    timeout_s: float = 180.0,
+    *,
+    registry: bool = False,
+    status_page: bool = False,
+    object_store: bool = False,
 ) -> int:
     started = time.monotonic()
     demo_dir = CACHE_DIR / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
     demo_dir.mkdir(parents=True)
-    warehouse = REPO_ROOT / "warehouse" / "demo"
-    shutil.rmtree(warehouse, ignore_errors=True)
+    local_warehouse = REPO_ROOT / "warehouse" / "demo"
+    shutil.rmtree(local_warehouse, ignore_errors=True)
     broker = EmbeddedKafka(demo_dir / "kafka", port=19092, controller_port=19093)
     processes: list[subprocess.Popen[bytes]] = []
     schema_registry: EmbeddedRegistry | None = None
+    store: EmbeddedObjectStore | None = None
     _say("starting the Kafka broker (KRaft, official jars)")
     broker.start()
     try:
-        settings = Settings.from_env(
-            bootstrap_servers=broker.bootstrap_servers,
-            embedded=False,
-            replication_factor=1,  # one broker
-            warehouse=str(warehouse),
-            namespace="demo",
-        )
         env = {
             **os.environ,
             "MVS_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-            "MVS_WAREHOUSE": str(warehouse),
+            "MVS_WAREHOUSE": str(local_warehouse),
             "MVS_NAMESPACE": "demo",
             "MVS_REPLICATION_FACTOR": "1",
         }
+        if object_store:
+            _say("starting the S3-compatible object store (versitygw); the warehouse is s3://mvs/demo")
+            store = EmbeddedObjectStore(demo_dir / "s3", port=19014).start()
+            env.update(store.environment(), MVS_WAREHOUSE=f"{store.create_bucket('mvs')}/demo")
+        settings = Settings.from_env(env, embedded=False)
         if registry:
             _say("starting the schema registry (Apicurio, its schemas kept in the broker)")
             schema_registry = EmbeddedRegistry(
@@ -181,7 +186,8 @@ def run_demo(
                 next_id += 10
             if round_no == 2:  # the other side of the join changes too
                 print("   and a new manager for the north region")
-                spark.sql(f"UPDATE delta.`{warehouse}/regions` SET manager = 'eve' WHERE region = 'north'")
+                regions = table_path(settings, "regions")
+                spark.sql(f"UPDATE delta.`{regions}` SET manager = 'eve' WHERE region = 'north'")
             deadline = time.monotonic() + timeout_s
             while True:
                 done, tasks = _caught_up(client, settings)
@@ -199,7 +205,7 @@ def run_demo(
         ok = True
         oracle = spark.newSession()  # its temp views `sales` and `regions` are the tables now
         for base in ("sales", "regions"):
-            oracle.read.format("delta").load(f"{warehouse}/{base}").createTempView(base)
+            oracle.read.format("delta").load(table_path(settings, base)).createTempView(base)
         for name, query in QUERIES.items():
             expected = sorted(tuple(row) for row in oracle.sql(query).collect())
             actual = sorted(tuple(row.values()) for row in read_table(spark, settings, name))
@@ -235,4 +241,6 @@ def run_demo(
         stop_spark()
         if schema_registry is not None:
             schema_registry.stop()
+        if store is not None:
+            store.stop()
         broker.stop()

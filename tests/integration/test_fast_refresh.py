@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows, rows
 from workers.jobs.tables import append
@@ -27,6 +29,7 @@ def all_caught_up(cluster: Cluster, *task_ids: str) -> bool:
     return all(caught_up(cluster, t) for t in task_ids)
 
 
+@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/integration/objectstore.py
 def test_fast_mvs_follow_inserts_updates_and_deletes_incrementally(cluster: Cluster, spark: Any) -> None:
     settings = cluster.settings
     assert cluster.sql("CREATE MATERIALIZED VIEW LOG ON sales")["accepted"]

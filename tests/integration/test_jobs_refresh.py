@@ -54,8 +54,6 @@ def test_warehouse_reads_the_log_without_spark(spark: Any, local_settings: Setti
     assert warehouse.table_exists(local_settings, "sales")
     assert warehouse.table_path(local_settings, "sales") == f"{local_settings.warehouse}/sales"
     assert warehouse.mlog_table_name("sales") == "sales__mlog"
-    with pytest.raises(NotImplementedError, match="s3a"):
-        warehouse.latest_version(Settings(warehouse="s3a://bucket/wh"), "sales")
     with pytest.raises(ValueError):
         warehouse.table_path(local_settings, "../etc")
 

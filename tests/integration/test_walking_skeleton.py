@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows, rows
 from workers.jobs.tables import append, read_table
@@ -11,6 +13,7 @@ from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, mlog_table_name, table_exists
 
 
+@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/integration/objectstore.py
 def test_create_mv_holds_exactly_the_query_rows(cluster: Cluster, spark: Any) -> None:
     result = cluster.sql(f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 1 HOUR AS {BY_REGION}")
     assert result["accepted"], result

@@ -1,7 +1,8 @@
 """Reading a Delta table's commit log: latest version and commit infos, newest first.
 
-Local warehouses are read straight from ``_delta_log`` (milliseconds, and the ``txn`` actions
-are visible); other URIs fall back to ``DeltaTable.history`` through Spark.
+Read without Spark, for local and object-store warehouses alike (``workers.warehouse``: delta-rs's
+object store, a folder listing for a local table's latest version): milliseconds, and the ``txn``
+actions of each commit are visible.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from workers import warehouse
@@ -26,26 +26,14 @@ class CommitInfo:
     user_metadata: str | None
     operation_parameters: dict[str, str] = field(default_factory=dict)
     operation_metrics: dict[str, str] = field(default_factory=dict)
-    # (appId, version) of the commit's idempotent-write actions; only the local reader sees them.
+    # (appId, version) of the commit's idempotent-write actions.
     txns: tuple[tuple[str, int], ...] = ()
 
 
-def _is_local(settings: Settings, name: str) -> bool:
-    try:
-        warehouse.local_table_dir(settings, name)
-    except NotImplementedError:
-        return False
-    return True
-
-
-def current_version(spark: SparkSession, settings: Settings, name: str) -> int | None:
-    """Latest committed version of table ``name``, None if it does not exist."""
-    if _is_local(settings, name):
-        return warehouse.latest_version(settings, name)
-    path = warehouse.table_path(settings, name)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+def current_version(spark: SparkSession | None, settings: Settings, name: str) -> int | None:
+    """Latest committed version of table ``name``, None if it does not exist (``spark`` is unused:
+    kept so callers need not know how the log is read)."""
+    return warehouse.latest_version(settings, name)
 
 
 def iter_commits(
@@ -53,35 +41,17 @@ def iter_commits(
 ) -> Iterator[CommitInfo]:
     """Commit infos of versions > ``after`` (all if None), newest first, lazily.
 
-    Stops at the first commit file removed by log cleanup. A local table is read without Spark
-    (``spark`` may be None: a caller can decide before its JVM has started); a remote one needs it.
+    Stops at the first commit file removed by log cleanup. No Spark is needed (``spark`` may be
+    None: a caller can decide before its JVM has started).
     """
     floor = -1 if after is None else after
-    if _is_local(settings, name):
-        latest = warehouse.latest_version(settings, name)
-        for version in range(latest if latest is not None else -1, floor, -1):
-            try:
-                actions = warehouse.read_commit(settings, name, version)
-            except FileNotFoundError:
-                return
-            yield _from_actions(version, actions)
-        return
-    if spark is None:
-        raise ValueError(f"table {name} is not local: reading its log needs a SparkSession")
-    latest = current_version(spark, settings, name)
-    if latest is None or latest <= floor:
-        return
-    rows = DeltaTable.forPath(spark, warehouse.table_path(settings, name)).history(latest - floor).collect()
-    for row in rows:
-        if int(row["version"]) > floor:
-            yield CommitInfo(
-                version=int(row["version"]),
-                timestamp_ms=int(row["timestamp"].timestamp() * 1000) if row["timestamp"] else None,
-                operation=row["operation"],
-                user_metadata=row["userMetadata"],
-                operation_parameters=dict(row["operationParameters"] or {}),
-                operation_metrics=dict(row["operationMetrics"] or {}),
-            )
+    latest = warehouse.latest_version(settings, name)
+    for version in range(latest if latest is not None else -1, floor, -1):
+        try:
+            actions = warehouse.read_commit(settings, name, version)
+        except FileNotFoundError:
+            return
+        yield _from_actions(version, actions)
 
 
 def _from_actions(version: int, actions: list[dict[str, Any]]) -> CommitInfo:

@@ -16,7 +16,6 @@ The log's own progress lives in the ``userMetadata`` of each of its commits, as
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
@@ -249,5 +248,5 @@ def drop_mv_log(spark: SparkSession, settings: Settings, base_table: str) -> Non
     a user table, another log or CDF reader may rely on it, and it frees nothing already written."""
     with _lock(base_table):
         mlog = warehouse.mlog_table_name(base_table)
-        shutil.rmtree(warehouse.local_table_dir(settings, mlog), ignore_errors=True)
+        warehouse.delete_table(settings, mlog)
         deltalog.forget_table(settings, mlog)

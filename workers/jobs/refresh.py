@@ -7,7 +7,6 @@ or stale-owner commit a no-op, so a run never needs a lock to be safe.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -168,5 +167,5 @@ def drop_mv_table(settings: Settings, mv_name: str) -> None:
     """Delete the MV table folder and its helper state's (``<mv>__mvstate``; cancel its runs first).
     No-op for what does not exist."""
     for name in (mv_name, warehouse.state_table_name(mv_name)):
-        shutil.rmtree(warehouse.local_table_dir(settings, name), ignore_errors=True)
+        warehouse.delete_table(settings, name)
         deltalog.forget_table(settings, name)

@@ -7,6 +7,7 @@ properties set by one run never leak into another.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -14,9 +15,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from workers.config import CACHE_DIR, Settings
+from workers.config import CACHE_DIR, Settings, spark_location
 
 DELTA_JARS_DIR = CACHE_DIR / "jars" / "delta"
+# Hadoop's S3A file system and the AWS SDK bundle (infra/fetch_jars.sh, profile s3a): optional, only
+# an s3:// warehouse needs them.
+S3A_JARS_DIR = CACHE_DIR / "jars" / "s3a"
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -36,12 +40,56 @@ def delta_jars(jars_dir: Path = DELTA_JARS_DIR) -> list[str]:
 def _spark_warehouse_dir(settings: Settings) -> str:
     # Managed (catalog) tables are not used — every table is addressed by path — but Spark
     # still wants a warehouse dir; keep it inside ours instead of the current directory.
-    return f"{settings.warehouse.rstrip('/')}/_spark_warehouse"
+    return f"{spark_location(settings.warehouse).rstrip('/')}/_spark_warehouse"
+
+
+# -- object-store warehouse (S3A) ------------------------------------------------------------------
+def s3a_jars(jars_dir: Path = S3A_JARS_DIR) -> list[str]:
+    """hadoop-aws and its AWS SDK bundle if fetched (``[]`` otherwise: local warehouses need neither)."""
+    return sorted(str(p) for p in jars_dir.glob("*.jar"))
+
+
+def _jars_conf(master: str) -> dict[str, str]:
+    """Delta's jars in ``spark.jars``; S3A's there too for a cluster (executors need them), and on
+    the driver's class path for a local master: spark.jars copies every jar into each executor's
+    work folder, and the SDK bundle alone is 558 MB (local executors are the driver)."""
+    jars, s3a = delta_jars(), s3a_jars()
+    if s3a and master.startswith("local"):
+        return {"spark.jars": ",".join(jars), "spark.driver.extraClassPath": os.pathsep.join(s3a)}
+    return {"spark.jars": ",".join(jars + s3a)}
+
+
+_storage_applied: set[tuple[tuple[str, str], ...]] = set()
+
+
+def _apply_storage(session: SparkSession, settings: Settings) -> None:
+    """Endpoint, region and credentials of ``settings.storage`` as ``fs.s3a.*`` options of the live
+    Hadoop configuration (every Delta read and write takes its Hadoop conf from there). Not in Spark's
+    conf: the UI and event logs show that. Options take effect for a bucket's first use in the JVM
+    (Hadoop caches one file system per bucket)."""
+    options = settings.storage.hadoop_options()
+    applied = tuple(sorted(options.items()))
+    if not options or applied in _storage_applied:
+        return
+    # py4j logs every command it sends at DEBUG: these carry the credentials.
+    py4j_logger = logging.getLogger("py4j")
+    level = py4j_logger.level
+    py4j_logger.setLevel(max(level, logging.INFO))
+    try:
+        hadoop_conf = session.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - not in PySpark's API
+        for key, value in options.items():
+            hadoop_conf.set(key, value)
+    finally:
+        py4j_logger.setLevel(level)
+    _storage_applied.add(applied)
+
+
+# -- end of object-store warehouse -----------------------------------------------------------------
 
 
 def _build(settings: Settings) -> SparkSession:
     conf: dict[str, str] = {
-        "spark.jars": ",".join(delta_jars()),
+        **_jars_conf(settings.spark_master),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.warehouse.dir": _spark_warehouse_dir(settings),
@@ -95,6 +143,7 @@ def get_spark(settings: Settings) -> SparkSession:
     with _lock:
         if _session is None:
             _session = _build(settings)
+        _apply_storage(_session, settings)
         return _session
 
 
@@ -140,3 +189,4 @@ def stop_spark() -> None:
         if _session is not None:
             _session.stop()
             _session = None
+            _storage_applied.clear()
