@@ -50,6 +50,13 @@ def current(cluster: Cluster, spark: Any, name: str, query: str) -> bool:
     return mv_rows(spark, cluster.settings, name) == query_rows(spark, cluster.settings, query)
 
 
+def all_current(cluster: Cluster, spark: Any, mvs: dict[str, str], when: str) -> None:
+    for name, query in mvs.items():
+        wait_until(
+            lambda n=name, q=query: current(cluster, spark, n, q), timeout_s=180, what=f"{name} {when}"
+        )
+
+
 def test_one_broker_killed_while_the_fleet_works(kafka3: KafkaCluster, spark: Any, tmp_path: Path) -> None:
     settings = Settings.from_env(
         bootstrap_servers=kafka3.bootstrap_servers,
@@ -71,10 +78,7 @@ def test_one_broker_killed_while_the_fleet_works(kafka3: KafkaCluster, spark: An
             f"CREATE MATERIALIZED VIEW big REFRESH FAST ON CHANGE AS {BIG}",
         ):
             assert cluster.sql(sql)["accepted"], sql
-        for name, query in mvs.items():
-            wait_until(
-                lambda n=name, q=query: current(cluster, spark, n, q), timeout_s=120, what=f"{name} built"
-            )
+        all_current(cluster, spark, mvs, "built")
         step("kafka3: fleet up on 3 brokers, both MVs built")
 
         victim_id = partition_leader(settings, "ddl", 0)
@@ -89,12 +93,7 @@ def test_one_broker_killed_while_the_fleet_works(kafka3: KafkaCluster, spark: An
             assert result is not None and result["accepted"], (sql, result)
             mvs[f"extra{i}"] = query
         append(spark, settings, "sales", rows(200, 5))
-        for name, query in mvs.items():
-            wait_until(
-                lambda n=name, q=query: current(cluster, spark, n, q),
-                timeout_s=180,
-                what=f"{name} current with broker {victim_id} down",
-            )
+        all_current(cluster, spark, mvs, f"with broker {victim_id} down")
         step("kafka3: every MV current with one broker down")
 
         # Every accepted DDL applied once: one task each, and one answer per request.
@@ -110,12 +109,7 @@ def test_one_broker_killed_while_the_fleet_works(kafka3: KafkaCluster, spark: An
         wait_until(lambda: not under_replicated(settings), timeout_s=120, what="every replica back in sync")
         step(f"kafka3: broker {victim_id} back, every partition's replicas in sync")
         append(spark, settings, "sales", rows(300, 5))
-        for name, query in mvs.items():
-            wait_until(
-                lambda n=name, q=query: current(cluster, spark, n, q),
-                timeout_s=120,
-                what=f"{name} current after broker {victim_id} came back",
-            )
+        all_current(cluster, spark, mvs, f"after broker {victim_id} came back")
         # No run record lost: every run that started has its end record.
         now_ms = int(time.time() * 1000)
         wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=60, what="every started run ended")

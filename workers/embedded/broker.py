@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
-from workers.embedded.processes import terminate
+from workers.embedded.processes import run_until_signal, terminate
 from workers.embedded.security import SECURITY_MODES, client_options, load_users, secure_properties
 
 KAFKA_JARS = CACHE_DIR / "jars" / "kafka"
@@ -237,15 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             f"MVS_KAFKA_SSL_CA_LOCATION={broker.ca_location}",
             flush=True,
         )
-    stop = {"now": False}
-
-    def _on_signal(*_: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    while not stop["now"] and broker._process is not None and broker._process.poll() is None:
-        time.sleep(0.2)
+    run_until_signal(lambda: broker._process is not None and broker._process.poll() is None)
     broker.stop()
     return 0
 

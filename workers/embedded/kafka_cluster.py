@@ -12,14 +12,13 @@ take the replication of ``topics/`` (``MVS_REPLICATION_FACTOR`` unset).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.config import CACHE_DIR
 from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.processes import run_until_signal
 
 
 @dataclass
@@ -80,12 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR / "kafka-cluster")
     parser.add_argument("--port", type=int, default=29092, help="node i: port + 2i, controller port + 2i + 1")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     with KafkaCluster(args.data_dir, nodes=args.nodes, base_port=args.port) as cluster:
         print(f"kafka cluster of {args.nodes} serving on {cluster.bootstrap_servers}", flush=True)
-        stop.wait()
+        run_until_signal(lambda: True)
     return 0
 
 

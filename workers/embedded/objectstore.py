@@ -14,8 +14,6 @@ SIGTERM.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 
 from workers.config import CACHE_DIR
 from workers.embedded.broker import _port_open, free_port
+from workers.embedded.processes import run_until_signal, terminate
 
 VERSITYGW = CACHE_DIR / "objectstore" / "bin" / "versitygw"
 DEFAULT_PORT = 19014
@@ -90,14 +89,7 @@ class EmbeddedObjectStore:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        terminate(process, timeout_s)
 
     def __enter__(self) -> EmbeddedObjectStore:
         return self.start()
@@ -117,15 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     bucket = store.create_bucket(args.bucket)
     settings = " ".join(f"{k}={v}" for k, v in store.environment().items())
     print(f"versitygw serving on {store.endpoint}; use it with: {settings} MVS_WAREHOUSE={bucket}/warehouse")
-    stop = {"now": False}
-
-    def _on_signal(*_: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    while not stop["now"] and store._process is not None and store._process.poll() is None:
-        time.sleep(0.2)
+    run_until_signal(lambda: store._process is not None and store._process.poll() is None)
     store.stop()
     return 0
 

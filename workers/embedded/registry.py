@@ -23,7 +23,7 @@ from pathlib import Path
 
 from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
 from workers.embedded.broker import free_port
-from workers.embedded.processes import terminate
+from workers.embedded.processes import run_until_signal, terminate
 
 REGISTRY_HOME = CACHE_DIR / "registry" / "app"
 REGISTRY_JAR = REGISTRY_HOME / "apicurio-registry-app-3.0.9-runner.jar"
@@ -132,13 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     registry.start()
     print(f"schema registry serving on {registry.url} (log: {registry.log_file})", flush=True)
     print(f"set MVS_SCHEMA_REGISTRY_URL={registry.url}", flush=True)
-    try:
-        assert registry._process is not None
-        registry._process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        registry.stop()
+    run_until_signal(lambda: registry._process is not None and registry._process.poll() is None)
+    registry.stop()
     return 0
 
 

@@ -15,10 +15,8 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +26,7 @@ from pathlib import Path
 
 from workers.config import CACHE_DIR
 from workers.embedded.broker import free_port
-from workers.embedded.processes import terminate
+from workers.embedded.processes import run_until_signal, terminate
 
 # PySpark's distribution (bin/spark-class, jars/), found without importing pyspark (workers.jobs owns it).
 _PYSPARK = find_spec("pyspark")
@@ -147,13 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=7077)
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR / "spark-cluster")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     with SparkStandalone(args.data_dir, workers=args.workers, cores=args.cores, port=args.port) as cluster:
         print(f"spark master {cluster.master_url} (UI http://127.0.0.1:{cluster.ui_port}/)", flush=True)
         print(f"set MVS_SPARK_MASTER={cluster.master_url}", flush=True)
-        stop.wait()
+        run_until_signal(lambda: True)
     return 0
 
 
