@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,9 +133,11 @@ class Fleet:
         log_dir.mkdir(parents=True, exist_ok=True)
         apply_topics(settings)
 
-    def start(self, kind: str, name: str, *args: str) -> Role:
+    def start(self, kind: str, name: str, *args: str, prefix: Sequence[str] = ()) -> Role:
+        """Start a role; ``prefix`` wraps its command (``ip netns exec <ns>``: another host)."""
         log_path = self.log_dir / f"{name}.log"
-        command = [sys.executable, "-m", "workers.cli", *(["-v"] if self.verbose else []), kind, *args]
+        cli = [sys.executable, "-m", "workers.cli", *(["-v"] if self.verbose else []), kind, *args]
+        command = [*prefix, *cli]
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
                 command,
@@ -153,8 +155,8 @@ class Fleet:
     def coordinator(self, name: str = "coordinator") -> Role:
         return self.start("coordinator", name)
 
-    def worker(self, name: str) -> Role:
-        return self.start("worker", name)
+    def worker(self, name: str, *, prefix: Sequence[str] = ()) -> Role:
+        return self.start("worker", name, prefix=prefix)
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)

@@ -120,7 +120,7 @@ def test_schemas_apply_registers_backward_and_names_the_incompatible_field(
 ) -> None:
     first = apply_schemas(registry_settings)
     subjects = {r.subject: r for r in first}
-    topics = ["catalog", "coordinator", "ddl", "ddl.results", "maintainer", "manager", "runs"]
+    topics = ["catalog", "coordinator", "ddl", "ddl.results", "freshness", "maintainer", "manager", "runs"]
     assert sorted(subjects) == sorted(f"{registry_settings.topic(t)}-value" for t in topics)
     assert {r.state for r in first} == {"registered"}
     assert {r.state for r in apply_schemas(registry_settings)} == {"unchanged"}

@@ -54,10 +54,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _port_open(port: int) -> bool:
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 @dataclass
@@ -77,6 +77,9 @@ class EmbeddedKafka:
     voters: str | None = None
     cluster_id: str | None = None
     internal_replication: int = 1
+    # The address clients reach it at (listeners and advertised listeners; plaintext only): another
+    # network namespace's bridge address in the separate-hosts test.
+    host: str = "127.0.0.1"
     _process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -85,7 +88,7 @@ class EmbeddedKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -116,8 +119,8 @@ class EmbeddedKafka:
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir / "data"),
@@ -166,7 +169,7 @@ class EmbeddedKafka:
     def launch(self) -> None:
         """Format the storage (first start) and start the JVM, without waiting: the nodes of a
         cluster start together, since none says it started before a quorum of controllers is up."""
-        if _port_open(self.port):
+        if _port_open(self.port, self.host):
             raise BrokerError(f"port {self.port} is already in use; is a broker already running?")
         config = self._write_config()
         if not (self.data_dir / "data" / "meta.properties").exists():
@@ -191,7 +194,7 @@ class EmbeddedKafka:
             if self._process.poll() is not None:
                 raise BrokerError(f"broker exited with {self._process.returncode}; see {self.log_file}")
             started = self.log_file.exists() and STARTED_LINE in self.log_file.read_text(errors="replace")
-            if started and _port_open(self.port):
+            if started and _port_open(self.port, self.host):
                 return
             time.sleep(0.1)
         self.stop()

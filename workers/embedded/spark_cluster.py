@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -118,13 +117,6 @@ class SparkStandalone:
         return "\n".join(
             p.read_text(errors="replace") for p in sorted(self.data_dir.glob("work*/*/*/stderr"))
         )
-
-    def running_tasks(self) -> set[str]:
-        """Task ids (TID) an executor started and has not finished, failed or killed (from its log)."""
-        logs = self.executor_logs()
-        started = set(re.findall(r"Running task \S+ in stage \S+ \(TID (\d+)\)", logs))
-        ended = set(re.findall(r"(?:Finished|killed|Exception in) task \S+ in stage \S+ \(TID (\d+)\)", logs))
-        return started - ended
 
     def stop(self) -> None:
         processes, self._processes = self._processes, []

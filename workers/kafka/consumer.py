@@ -15,6 +15,7 @@ Like librdkafka's consumer, one instance is used from one thread at a time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -367,6 +368,10 @@ class TypedConsumer:
             try:
                 return consumer.get_watermark_offsets(TopicPartition(physical, partition), 10.0, False)
             except KafkaException as exc:
+                # librdkafka keeps asking a leader that died until its metadata is refreshed
+                # (librdkafka#2535): refresh the topic's before the next attempt.
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(physical, 5.0)
                 raise BusError.from_kafka(f"watermarks of {physical}[{partition}]", exc) from exc
 
         return {p: retry.call(functools.partial(watermarks, p)) for p in partitions}
