@@ -133,17 +133,26 @@ class StorageSettings:
         # An S3-compatible server ignores the region but the AWS SDKs insist on one.
         return self.region or ("us-east-1" if self.endpoint else None)
 
+    def _named(self, endpoint: str, region: str, key: str, secret: str, token: str) -> dict[str, str]:
+        """The set connection values under one client's option names."""
+        pairs = (
+            (endpoint, self.endpoint),
+            (region, self._region()),
+            (key, self.access_key_id),
+            (secret, self.secret_access_key),
+            (token, self.session_token),
+        )
+        return {name: value for name, value in pairs if value}
+
     def delta_rs_options(self) -> dict[str, str]:
         """Storage options of the no-JVM readers (delta-rs, object_store key names)."""
-        options: dict[str, str] = {}
-        pairs = (
-            ("aws_endpoint_url", self.endpoint),
-            ("aws_region", self._region()),
-            ("aws_access_key_id", self.access_key_id),
-            ("aws_secret_access_key", self.secret_access_key),
-            ("aws_session_token", self.session_token),
+        options = self._named(
+            "aws_endpoint_url",
+            "aws_region",
+            "aws_access_key_id",
+            "aws_secret_access_key",
+            "aws_session_token",
         )
-        options.update((key, value) for key, value in pairs if value)
         if self.endpoint:
             options["aws_virtual_hosted_style_request"] = "false"
             options["aws_allow_http"] = str(self.endpoint.lower().startswith("http://")).lower()
@@ -152,15 +161,13 @@ class StorageSettings:
     def hadoop_options(self) -> dict[str, str]:
         """Hadoop S3A options (``fs.s3a.*``) for Spark; set on the live Hadoop configuration, never
         in Spark's conf (which the UI and event logs show)."""
-        options: dict[str, str] = {}
-        pairs = (
-            ("fs.s3a.endpoint", self.endpoint),
-            ("fs.s3a.endpoint.region", self._region()),
-            ("fs.s3a.access.key", self.access_key_id),
-            ("fs.s3a.secret.key", self.secret_access_key),
-            ("fs.s3a.session.token", self.session_token),
+        options = self._named(
+            "fs.s3a.endpoint",
+            "fs.s3a.endpoint.region",
+            "fs.s3a.access.key",
+            "fs.s3a.secret.key",
+            "fs.s3a.session.token",
         )
-        options.update((key, value) for key, value in pairs if value)
         if self.endpoint:
             options["fs.s3a.path.style.access"] = "true"
             options["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.lower().startswith("https")).lower()
