@@ -10,6 +10,7 @@ TRANSIENT_CODES = frozenset(
     {
         KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT,
+        KafkaError._DESTROY_BROKER,  # a broker handle dropped as a dead broker leaves the metadata
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._WAIT_COORD,
         KafkaError.REQUEST_TIMED_OUT,
