@@ -34,6 +34,7 @@ from typing import Any
 from bench.common import Record, report
 from workers.codec import get_codec
 from workers.config import Settings
+from workers.embedded.broker import one_broker_settings
 from workers.kafka.admin import apply_topics
 from workers.kafka.clients import lazy_consumer, lazy_producer
 from workers.kafka.typed import TypedConsumer, TypedProducer
@@ -238,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Figure]] = {}
     sizes: dict[str, int] = {}
     with broker() as bootstrap:
-        settings = Settings.from_env(
-            bootstrap_servers=bootstrap, embedded=False, replication_factor=1, namespace=f"b{uuid.uuid4().hex[:8]}"
-        )
+        settings = one_broker_settings(bootstrap, "b", Path(tempfile.gettempdir()))  # no table is written
         apply_topics(settings)
         for shape in shapes(args.small, args.large):
             sizes[shape.label] = len(get_codec().encode(shape.record_type, shape.records[0][1]))

@@ -41,7 +41,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from tests.integration.cluster import wait_until
 from tests.integration.processes import Fleet, Role, Tail
 from workers.client import MvsClient
 from workers.config import Settings
+from workers.embedded.broker import one_broker_settings
 from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
 from workers.records import Record
@@ -82,12 +82,10 @@ class Cell:
         self.name = name
         self.protocol = protocol
         self.session_ms = session_ms
-        self.settings = Settings.from_env(
-            bootstrap_servers=bootstrap,
-            embedded=False,
-            replication_factor=1,  # one broker
-            namespace=f"bench{uuid.uuid4().hex[:6]}",
-            warehouse=str(root / name.replace("/", "-") / "warehouse"),
+        self.settings = one_broker_settings(
+            bootstrap,
+            "bench",
+            root / name.replace("/", "-"),
             group_protocol=protocol,
             session_timeout_ms=session_ms,
         )

@@ -38,9 +38,8 @@ from bench.common import percentile, report
 from tests.integration.cluster import wait_until
 from tests.integration.processes import Fleet, Role
 from workers.catalog.store import restore_catalog
-from workers.config import Settings
 from workers.ddl.parser import parse_statement
-from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 from workers.jobs.errors import is_write_conflict
 from workers.jobs.session import get_spark
 from workers.jobs.tables import append, create_table, read_table
@@ -73,14 +72,7 @@ class Soak:
     def __init__(self, root: Path, workers: int, coordinators: int, seed: int) -> None:
         self.rng = random.Random(seed)
         self.broker = EmbeddedKafka(root / "kafka", port=free_port(), controller_port=free_port()).start()
-        self.settings = Settings.from_env(
-            bootstrap_servers=self.broker.bootstrap_servers,
-            embedded=False,
-            replication_factor=1,  # one broker
-            namespace=f"soak{uuid.uuid4().hex[:6]}",
-            warehouse=str(root / "warehouse"),
-            session_timeout_ms=3000,
-        )
+        self.settings = one_broker_settings(self.broker.bootstrap_servers, "soak", root)
         # A heartbeat timeout well under the outages, so restarts after an outage are exercised too.
         self.fleet = Fleet(self.settings, root / "logs", env={"MVS_HEARTBEAT_TIMEOUT_S": "10"}, verbose=True)
         self.spark = get_spark(self.settings)

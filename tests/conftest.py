@@ -7,7 +7,6 @@ Each test gets its own namespace (topic and group prefix), so tests never see ea
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from workers.config import Settings
-from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 
 # Property tests: a CI-sized run by default (a few seconds); HYPOTHESIS_PROFILE=long runs thousands
 # of examples per property (a fuzzing session outside CI).
@@ -44,11 +43,4 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
     """Settings for one test: the session broker, a fresh namespace and a fresh warehouse."""
-    return Settings.from_env(
-        bootstrap_servers=kafka_bootstrap,
-        embedded=False,
-        replication_factor=1,  # one broker
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        warehouse=str(tmp_path / "warehouse"),
-        session_timeout_ms=3000,
-    )
+    return one_broker_settings(kafka_bootstrap, "t", tmp_path)

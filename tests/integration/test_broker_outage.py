@@ -16,7 +16,6 @@ is never stopped.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.client import MvsClient
 from workers.config import Settings
-from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 from workers.jobs.tables import append, create_table
 from workers.warehouse import latest_version
 from workers.worker.runner import SPARK_READY
@@ -60,14 +59,8 @@ def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> 
 
 
 def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, tmp_path: Path) -> None:
-    settings = Settings.from_env(
-        bootstrap_servers=broker.bootstrap_servers,
-        embedded=False,
-        replication_factor=1,  # one broker
-        namespace=f"outage{uuid.uuid4().hex[:8]}",
-        warehouse=str(tmp_path / "warehouse"),
-        session_timeout_ms=3000,
-        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+    settings = one_broker_settings(
+        broker.bootstrap_servers, "outage", tmp_path, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S
     )
     fleet = Fleet(settings, tmp_path / "logs")
     client = MvsClient(settings, issued_by="test-outage")

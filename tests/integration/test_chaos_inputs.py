@@ -25,6 +25,7 @@ from tests.integration.processes import Fleet
 from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
 from workers.codec import get_codec
 from workers.config import Settings
+from workers.embedded.broker import one_broker_settings
 from workers.jobs.tables import create_table, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
 
@@ -167,14 +168,7 @@ def adversarial_heartbeat(rng: random.Random) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def chaos_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return Settings.from_env(
-        bootstrap_servers=kafka_bootstrap,
-        embedded=False,
-        replication_factor=1,  # one broker
-        namespace=f"chaos{uuid.uuid4().hex[:8]}",
-        warehouse=str(tmp_path_factory.mktemp("chaos") / "warehouse"),
-        session_timeout_ms=3000,
-    )
+    return one_broker_settings(kafka_bootstrap, "chaos", tmp_path_factory.mktemp("chaos"))
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ from tests.integration.fleet import (
 from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
 from workers.config import Settings
+from workers.embedded.broker import one_broker_settings
 from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
@@ -54,14 +55,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def fleet_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return Settings.from_env(
-        bootstrap_servers=kafka_bootstrap,
-        embedded=False,
-        replication_factor=1,  # one broker
-        namespace=f"fleet{uuid.uuid4().hex[:8]}",
-        warehouse=str(tmp_path_factory.mktemp("fleet") / "warehouse"),
-        session_timeout_ms=3000,
-    )
+    return one_broker_settings(kafka_bootstrap, "fleet", tmp_path_factory.mktemp("fleet"))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ takes its share again without a failed run. Skipped, saying why, where namespace
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ from tests.integration.cluster import wait_until
 from tests.integration.fleet import Harness, assert_applied_once, refresh_commits, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
-from workers.config import Settings
-from workers.embedded.broker import EmbeddedKafka, free_port
+from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.warehouse import latest_version
@@ -63,15 +61,7 @@ def test_a_worker_cut_off_from_the_broker_hands_over_and_rejoins(
         tmp_path / "kafka", port=free_port(), controller_port=free_port(), host=netns.BRIDGE_ADDRESS
     )
     broker.start()
-    settings = Settings.from_env(
-        bootstrap_servers=broker.bootstrap_servers,
-        embedded=False,
-        replication_factor=1,
-        namespace=f"hosts{uuid.uuid4().hex[:8]}",
-        warehouse=str(tmp_path / "warehouse"),
-        session_timeout_ms=3000,
-        heartbeat_timeout_s=8.0,
-    )
+    settings = one_broker_settings(broker.bootstrap_servers, "hosts", tmp_path, heartbeat_timeout_s=8.0)
     fleet = Fleet(settings, tmp_path / "logs")
     h = Harness(settings, fleet, spark)
     try:

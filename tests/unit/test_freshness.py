@@ -14,10 +14,11 @@ from tests.unit.memory_bus import MemoryBus
 from workers.catalog.errors import MvsError
 from workers.catalog.specs import checked_mv_spec
 from workers.config import Settings
-from workers.coordinator.freshness import FreshnessWatch, Goal, WarehouseCommits, behind_since, freshness_goal
+from workers.coordinator.freshness import FreshnessWatch
 from workers.coordinator.service import Coordinator
 from workers.ddl import DdlSyntaxError, apply_alter
 from workers.ddl.parser import parse_statement
+from workers.freshness import Goal, WarehouseCommits, behind_since, freshness_goal, missed_versions
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.host import claim
@@ -126,14 +127,18 @@ def test_the_goal_is_freshness_else_the_target_lag() -> None:
     assert freshness_goal({"kind": "MV_LOG", "mv": None}) is None
 
 
+def since(task: dict[str, Any], commits: Commits) -> int | None:
+    return behind_since(task, missed_versions(task, commits), commits)
+
+
 def test_lag_is_the_age_of_the_oldest_commit_the_mv_misses() -> None:
     commits = Commits()
-    assert behind_since(mv_task({"sales": 0}), commits) is None
+    assert since(mv_task({"sales": 0}), commits) is None
     commits.commit("sales", T0 + 5_000)
     commits.commit("sales", T0 + 9_000)
-    assert behind_since(mv_task({"sales": 0}), commits) == T0 + 5_000
-    assert behind_since(mv_task({"sales": 1}), commits) == T0 + 9_000
-    assert behind_since(mv_task({}), commits) == T0, "never refreshed: behind since its creation"
+    assert since(mv_task({"sales": 0}), commits) == T0 + 5_000
+    assert since(mv_task({"sales": 1}), commits) == T0 + 9_000
+    assert since(mv_task({}), commits) == T0, "never refreshed: behind since its creation"
 
 
 def test_stale_once_past_the_goal_then_recovered_once_caught_up() -> None:

@@ -14,10 +14,11 @@ from fastapi.testclient import TestClient
 from tests.unit.test_api_json import SETTINGS
 from tests.unit.test_views_json import NOW_MS, fixture, mv_log_task, snapshot
 from workers.api.app import create_app
-from workers.api.freshness import REFRESH_GRACE_MS, behind_since_ms, freshness_json, goal_ms
+from workers.api.freshness import REFRESH_GRACE_MS, freshness_json, goal_ms
 from workers.api.graph import dependency_graph
 from workers.api.overview import overview_json
 from workers.client import MvsClient, NotAuthorized
+from workers.freshness import WarehouseCommits, behind_since, missed_versions
 from workers.views import run_json, status_json
 
 MINUTE = 60_000
@@ -156,19 +157,27 @@ def test_paused_and_failed_come_before_lag() -> None:
 
 def test_behind_since_is_the_oldest_unreflected_commit_but_not_before_the_mv() -> None:
     task = mv("v", ["a", "b"], checkpoint={"a": 3, "b": 7}, created_at=1_000)
-    latest = {"a": 5, "b": 7}.get
     asked: list[tuple[str, int]] = []
 
-    def commit_time(table: str, version: int) -> int | None:
+    def read_commit(table: str, version: int) -> list[dict[str, Any]]:
         asked.append((table, version))
-        return 50_000 + version
+        return [{"commitInfo": {"timestamp": 50_000 + version}}]
 
-    assert behind_since_ms(task, latest, commit_time) == 50_004
+    def since(task: dict[str, Any], read: Any = read_commit) -> int | None:
+        commits = WarehouseCommits({"a": 5, "b": 7}.get, read)
+        return behind_since(task, missed_versions(task, commits), commits)
+
+    assert since(task) == 50_004
     assert asked == [("a", 4)]  # b is current: its times are not read
-    assert behind_since_ms({**task, "created_at": 60_000}, latest, commit_time) == 60_000
-    assert behind_since_ms(task, latest, lambda table, version: None) is None
-    never_built = {**task, "checkpoint": {}}
-    assert behind_since_ms(never_built, latest, commit_time) == 50_000  # from version 0 of each base
+    assert since({**task, "created_at": 60_000}) == 60_000
+    assert since(task, lambda table, version: []) is None, "no commit time: unknown"
+    assert since({**task, "checkpoint": {}}) == 1_000, "never built: behind since its creation"
+
+
+def test_a_declared_freshness_goal_is_the_pages_goal_too() -> None:
+    every = trigger("EVERY", MINUTE)
+    every["mv"]["freshness_ms"] = 5 * MINUTE
+    assert goal_ms(mv("v", ["s"], **every)) == 5 * MINUTE
 
 
 # ---- the document and the page
@@ -177,7 +186,9 @@ def test_behind_since_is_the_oldest_unreflected_commit_but_not_before_the_mv() -
 def test_the_overview_is_the_status_with_graph_freshness_and_runs() -> None:
     state = snapshot(versions={"sales": 18})  # the fixture MV reflects sales@v17
     runs = [run_json(fixture("RunRecord"))]
-    overview = overview_json(state, runs, "mvs", lambda table, version: NOW_MS - 5_000)
+    overview = overview_json(
+        state, runs, "mvs", lambda table, version: [{"commitInfo": {"timestamp": NOW_MS - 5_000}}]
+    )
     assert {k: v for k, v in overview.items() if k in status_json(state, "mvs")} == status_json(state, "mvs")
     assert [(n["name"], n["version"]) for n in overview["graph"]["nodes"]] == [
         ("sales", 18),

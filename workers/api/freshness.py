@@ -1,10 +1,10 @@
 """How fresh an MV is, for the status page: its lag against the goal its trigger sets. Pure.
 
-**Lag** is how long the MV's content has been behind its bases: 0 when it reflects every base's
-newest Delta version, else the time since the oldest base commit it does not reflect was made (never
-before the MV was created). **Goal** is the lag the trigger promises: the TARGET LAG itself; for
-EVERY the interval, and for ON_CHANGE the version poll, each plus the time a refresh takes (the last
-run's duration, at least ``REFRESH_GRACE_MS``); ON DEMAND promises none.
+**Lag** is how long the MV's content has been behind its bases (``workers.freshness.behind_since``):
+0 when it reflects every base's newest Delta version. **Goal** is the lag the MV promises: its
+FRESHNESS or TARGET LAG (``workers.freshness.freshness_goal``, the goal the coordinator announces
+STALE against); else for EVERY the interval, and for ON_CHANGE the version poll, each plus the time a
+refresh takes (the last run's duration, at least ``REFRESH_GRACE_MS``); ON DEMAND promises none.
 
 Status, first match: ``paused`` (PAUSED) · ``error`` (FAILED, or the last run failed) · ``fresh``
 (lag ≤ goal) · ``unknown`` (behind, but a base's commit times cannot be read) · ``late`` (lag ≤
@@ -13,11 +13,10 @@ Status, first match: ``paused`` (PAUSED) · ``error`` (FAILED, or the last run f
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from typing_extensions import TypedDict
 
-from workers.catalog.specs import EVERY, ON_CHANGE, TARGET_LAG
+from workers.catalog.specs import EVERY, ON_CHANGE
+from workers.freshness import freshness_goal
 from workers.records import Record
 from workers.sched.triggers import ON_CHANGE_POLL_S
 
@@ -38,30 +37,13 @@ class FreshnessJson(TypedDict):
     reason: str  # the status in words, for people
 
 
-def behind_since_ms(
-    task: Record,
-    latest_version: Callable[[str], int | None],
-    commit_time_ms: Callable[[str, int], int | None],
-) -> int | None:
-    """When the MV fell behind: the earliest commit time of a base version newer than its watermark
-    (not before the MV was created), or None when it is current or no such time can be read."""
-    times: list[int] = []
-    for base in task["mv"]["base_tables"]:
-        latest = latest_version(base)
-        first_missing = task["checkpoint"].get(base, -1) + 1
-        if latest is not None and latest >= first_missing:
-            at = commit_time_ms(base, first_missing)
-            if at is not None:
-                times.append(at)
-    return max(min(times), task["created_at"]) if times else None
-
-
 def goal_ms(task: Record) -> int | None:
-    """The lag the MV's trigger promises (module docstring); None for ON DEMAND."""
+    """The lag the MV promises (module docstring); None for ON DEMAND without a FRESHNESS goal."""
+    declared = freshness_goal(task)
+    if declared is not None:
+        return declared.ms
     trigger = task["mv"]["trigger"]
     kind, interval = trigger["kind"], trigger.get("interval_ms")
-    if kind == TARGET_LAG and interval:
-        return int(interval)
     run = task.get("last_run") or {}
     took = (run["ended_at"] - run["started_at"]) if run.get("ended_at") else 0
     grace = max(REFRESH_GRACE_MS, took)
@@ -108,7 +90,7 @@ def freshness_json(
     task: Record, lag_versions: int | None, behind_since: int | None, now_ms: int
 ) -> FreshnessJson:
     """An MV task's freshness at ``now_ms``, from its lag in versions (``workers.status.behind_versions``)
-    and when it fell behind (``behind_since_ms``)."""
+    and when it fell behind (``workers.freshness.behind_since``)."""
     goal = goal_ms(task)
     current = lag_versions == 0
     lag = 0 if current else None if behind_since is None else max(0, now_ms - behind_since)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from workers.api.freshness import FreshnessJson, behind_since_ms, freshness_json
+from workers.api.freshness import FreshnessJson, freshness_json
 from workers.api.graph import GraphJson, dependency_graph
 from workers.client import Deadline, MvsClient, NotAuthorized, StatusSnapshot, TopicNotFound
 from workers.config import Settings
+from workers.freshness import WarehouseCommits, behind_since, missed_versions
+from workers.records import Record
 from workers.status import behind_versions
 from workers.views import RunJson, StatusJson, run_json, status_json
 from workers.warehouse import read_commit
@@ -23,34 +25,21 @@ class OverviewJson(StatusJson):
     runs: list[RunJson]  # the newest runs of every task, newest first
 
 
-def commit_time_ms(settings: Settings, table: str, version: int) -> int | None:
-    """When version ``version`` of ``table`` was committed (its ``commitInfo.timestamp``), or None:
-    a remote warehouse, a commit file cleaned up, or no timestamp."""
-    try:
-        actions = read_commit(settings, table, version)
-    except (OSError, ValueError, NotImplementedError):
-        return None
-    for action in actions:
-        at = (action.get("commitInfo") or {}).get("timestamp")
-        if isinstance(at, int):
-            return at
-    return None
-
-
 def overview_json(
     snapshot: StatusSnapshot,
     runs: list[RunJson],
     namespace: str,
-    commit_time: Callable[[str, int], int | None],
+    read_commit: Callable[[str, int], list[Record]],
 ) -> OverviewJson:
-    """The page's document from a status snapshot, the recent runs (newest first) and a lookup of
-    base commit times (``commit_time_ms``, a stand-in in unit tests)."""
+    """The page's document from a status snapshot, the recent runs (newest first) and a reader of
+    base commits (``workers.warehouse.read_commit``, a stand-in in unit tests)."""
+    commits = WarehouseCommits(snapshot.latest_version, read_commit)
     freshness = []
     for task_id in sorted(snapshot.tasks):
         task = snapshot.tasks[task_id]
         if task["kind"] != "MV" or not task.get("mv"):
             continue
-        since = behind_since_ms(task, snapshot.latest_version, commit_time)
+        since = behind_since(task, missed_versions(task, commits), commits)
         lag = behind_versions(task, snapshot.latest_version)
         freshness.append(freshness_json(task, lag, since, snapshot.at_ms))
     return {
@@ -71,6 +60,6 @@ def read_overview(client: MvsClient, settings: Settings, timeout_s: float) -> Ov
     except (NotAuthorized, TopicNotFound) as exc:
         records, notes = [], [f"runs: {exc}"]
     runs = [run_json(record) for record in reversed(records)]
-    overview = overview_json(snapshot, runs, settings.namespace, lambda t, v: commit_time_ms(settings, t, v))
+    overview = overview_json(snapshot, runs, settings.namespace, lambda t, v: read_commit(settings, t, v))
     overview["notes"] += notes
     return overview

@@ -1,94 +1,32 @@
 """Freshness goals: an MV whose data falls further behind its base tables than its goal is STALE.
 
-The goal is the MV's ``FRESHNESS`` (``MvSpec.freshness_ms``), else its ``TARGET LAG``; an MV with
-neither has none. How far behind an MV is, is measured on the base tables, not on its runs: the age
-of the oldest base-table commit its data does not reflect (its checkpoint, which the coordinator
-folds in from heartbeats, against each base's Delta log), 0 when it reflects every commit. So an MV
-over tables that do not change never goes stale, whatever its trigger, and one whose refreshes stop
-— paused, failing, its worker gone — goes stale as soon as a base commit it misses is older than the
-goal. An MV never refreshed is behind since its creation.
+The goal and how far behind an MV is are defined once, in ``workers.freshness``: the goal is the MV's
+``FRESHNESS``, else its ``TARGET LAG`` (an MV with neither has none); the lag is the age of the oldest
+base commit its data does not reflect (its checkpoint, which the coordinator folds in from
+heartbeats, against each base's Delta log).
 
 The coordinator decides (``FreshnessWatch.check``, pure, driven by its clock): it alone sees every
 task's checkpoint, also when the owner is silent, which is when users most need telling. It
 publishes a ``FreshnessEvent`` on the freshness topic when a task turns STALE and when it is
 RECOVERED, and exports per-task gauges. After a failover the new coordinator announces the MVs
 stale at that moment again (a repeated STALE); one that recovered in between gets no RECOVERED.
-Nothing is decided for an MV while a base's log cannot be read (the table is gone, or the warehouse
-is not local: ``workers.warehouse`` reads local Delta logs only so far).
+Nothing is decided for an MV while a base's latest version, or the time of the commit it misses,
+cannot be read (the table is gone, the log was cleaned up, the storage is unreachable).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Mapping
 
-from workers.catalog.specs import TARGET_LAG
+from workers.freshness import BaseCommits, Goal, bases_known, behind_since, freshness_goal, missed_versions
 from workers.records import Record
 from workers.sched.gauges import FreshnessGauges
 
 log = logging.getLogger(__name__)
 STALE, RECOVERED = "STALE", "RECOVERED"
 CHECK_EVERY_S = 1.0  # the coordinator looks at the bases' logs this often
-
-
-class BaseCommits(Protocol):
-    """What the watch reads of the base tables' Delta logs."""
-
-    def latest_version(self, table: str) -> int | None:
-        """Newest committed version; None when unknown (no table, a remote warehouse)."""
-        ...
-
-    def commit_ms(self, table: str, version: int) -> int | None:
-        """When ``version`` was committed (epoch ms); None when unknown."""
-        ...
-
-
-@dataclass(frozen=True)
-class Goal:
-    ms: int
-    source: str  # FRESHNESS | TARGET_LAG
-
-
-def freshness_goal(task: Mapping[str, object]) -> Goal | None:
-    """The MV's freshness goal: its FRESHNESS, else its TARGET LAG; None for MV logs and other MVs."""
-    mv = task.get("mv")
-    if task.get("kind") != "MV" or not isinstance(mv, Mapping):
-        return None
-    if mv.get("freshness_ms"):
-        return Goal(int(mv["freshness_ms"]), "FRESHNESS")
-    trigger = mv.get("trigger") or {}
-    if trigger.get("kind") == TARGET_LAG and trigger.get("interval_ms"):
-        return Goal(int(trigger["interval_ms"]), TARGET_LAG)
-    return None
-
-
-def bases_known(task: Mapping[str, object], commits: BaseCommits) -> bool:
-    """Whether every base table's latest version is known (it exists, its log is readable here)."""
-    mv = task["mv"]
-    assert isinstance(mv, Mapping)
-    return all(commits.latest_version(base) is not None for base in mv["base_tables"])
-
-
-def behind_since(task: Mapping[str, object], commits: BaseCommits) -> int | None:
-    """Epoch ms of the oldest base-table commit the MV's data does not reflect; None when it reflects
-    every commit (bases whose version is unknown are left out: see ``bases_known``)."""
-    mv = task["mv"]
-    assert isinstance(mv, Mapping)
-    checkpoint = task.get("checkpoint") or {}
-    assert isinstance(checkpoint, Mapping)
-    oldest: int | None = None
-    for base in mv["base_tables"]:
-        latest = commits.latest_version(base)
-        seen = checkpoint.get(base)
-        if latest is None or (seen is not None and latest <= seen):
-            continue
-        since = task["created_at"] if seen is None else commits.commit_ms(base, seen + 1)
-        if isinstance(since, int) and (oldest is None or since < oldest):
-            oldest = since
-    return oldest
 
 
 def freshness_event(
@@ -140,11 +78,12 @@ class FreshnessWatch:
             goal = freshness_goal(task)
             if goal is None:
                 continue
-            if not bases_known(task, commits):  # a base gone, a remote warehouse: nothing to decide
+            missed = missed_versions(task, commits) if bases_known(task, commits) else None
+            since = behind_since(task, missed, commits) if missed else None
+            if missed is None or (missed and since is None):  # a base or a commit time unknown
                 if task_id in self._gauges:
                     gauges[task_id] = self._gauges[task_id]
                 continue
-            since = behind_since(task, commits)
             lag_ms = 0 if since is None else max(0, now_ms - since)
             stale = lag_ms > goal.ms
             before = self._stale.get(task_id)
@@ -185,35 +124,3 @@ class _OncePerCheck:
 
     def commit_ms(self, table: str, version: int) -> int | None:
         return self._commits.commit_ms(table, version)
-
-
-class WarehouseCommits:
-    """``BaseCommits`` of a local warehouse, read from ``_delta_log`` (milliseconds, no Spark); a
-    commit's time never changes, so it is read once."""
-
-    def __init__(
-        self, latest_version: Callable[[str], int | None], read_commit: Callable[[str, int], list[Record]]
-    ) -> None:
-        self._latest = latest_version
-        self._read = read_commit
-        self._times: dict[tuple[str, int], int | None] = {}
-
-    def latest_version(self, table: str) -> int | None:
-        try:
-            return self._latest(table)
-        except (NotImplementedError, OSError, ValueError):
-            return None  # a remote warehouse, or a name no folder can have: nothing to say
-
-    def commit_ms(self, table: str, version: int) -> int | None:
-        key = (table, version)
-        if key not in self._times:
-            if len(self._times) > 10_000:
-                self._times.clear()
-            try:
-                actions = self._read(table, version)
-            except (NotImplementedError, OSError, ValueError):
-                return None  # not there any more (log cleanup): decided without it
-            info: Record = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-            stamp = info.get("timestamp")
-            self._times[key] = stamp if isinstance(stamp, int) else None
-        return self._times[key]

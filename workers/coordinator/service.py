@@ -28,7 +28,7 @@ from typing import ClassVar
 from workers.bus import Bus, BusConsumer, BusProducer, KafkaBus
 from workers.catalog.errors import ErrorCode, task_error
 from workers.config import Settings
-from workers.coordinator.freshness import CHECK_EVERY_S, BaseCommits, FreshnessWatch, WarehouseCommits
+from workers.coordinator.freshness import CHECK_EVERY_S, FreshnessWatch
 from workers.coordinator.handlers import (
     Context,
     Effects,
@@ -39,6 +39,7 @@ from workers.coordinator.handlers import (
     recovered_tasks,
     restart_silent_tasks,
 )
+from workers.freshness import BaseCommits, WarehouseCommits
 from workers.kafka.typed import BusError, Message
 from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock

@@ -20,11 +20,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP
+from workers.config import CACHE_DIR, EMBEDDED_BOOTSTRAP, Settings
 from workers.embedded.processes import run_until_signal, terminate
 from workers.embedded.security import SECURITY_MODES, client_options, load_users, secure_properties
 
@@ -217,6 +219,21 @@ class EmbeddedKafka:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def one_broker_settings(bootstrap_servers: str, prefix: str, root: Path, **overrides: Any) -> Settings:
+    """Settings (from the environment) for roles on a one-node broker started here, as tests and
+    benchmarks use it: replication 1, a fresh namespace ``<prefix><random>``, the warehouse under
+    ``root`` and a 3 s group session so a dead member is noticed quickly; ``overrides`` win."""
+    fields: dict[str, Any] = {
+        "bootstrap_servers": bootstrap_servers,
+        "embedded": False,
+        "replication_factor": 1,
+        "namespace": f"{prefix}{uuid.uuid4().hex[:8]}",
+        "warehouse": str(root / "warehouse"),
+        "session_timeout_ms": 3000,
+    }
+    return Settings.from_env(**{**fields, **overrides})
 
 
 def main(argv: list[str] | None = None) -> int:
