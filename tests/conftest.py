@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "test_separate_hosts.py",
     "test_fleet.py",
     "test_broker_outage.py",
+    "test_objectstore_outage.py",
     "test_fast_refresh.py",
     "test_fast_state.py",
     "test_spark_cluster.py",

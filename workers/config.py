@@ -129,6 +129,13 @@ class StorageSettings:
             },
         )
 
+    def environment(self) -> dict[str, str]:
+        """The environment variables ``from_env`` reads these settings from (for a child process)."""
+        variables = self._named(
+            "MVS_S3_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"
+        )
+        return {**variables, **{STORAGE_OPTION_PREFIX + k.upper(): v for k, v in self.options.items()}}
+
     def _region(self) -> str | None:
         # An S3-compatible server ignores the region but the AWS SDKs insist on one.
         return self.region or ("us-east-1" if self.endpoint else None)

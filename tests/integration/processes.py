@@ -50,6 +50,7 @@ def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = No
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(settings.storage.environment())
     if settings.schema_registry_url:
         env["MVS_SCHEMA_REGISTRY_URL"] = settings.schema_registry_url
     if settings.replication_factor:

@@ -190,6 +190,12 @@ def test_a_python_permission_error_is_permanent_and_says_where() -> None:
     assert "/w/sales/_delta_log" in failure.message
 
 
+def test_an_object_store_out_of_reach_of_delta_rs_is_storage_unavailable() -> None:
+    # As delta-rs raised it in tests/integration/test_objectstore_outage.py with the store killed.
+    failure = classify_failure(OSError("Kernel error -> Generic S3 error: error sending request"))
+    assert (failure.rule, failure.code, failure.retryable) == ("storage unavailable", 2001, True)
+
+
 def test_every_rule_has_a_hint_and_the_first_match_wins() -> None:
     assert all(rule.hint for rule in FAILURE_RULES)
     # A missing table is an AnalysisException too: it must not read as a bad query.

@@ -84,3 +84,17 @@ def test_secrets_are_not_in_the_settings_repr() -> None:
     assert "127.0.0.1:7070" in shown  # the endpoint is not a secret
     for secret in (SECRET, "AKIDEXAMPLE", "tok-secret", "opt-secret"):
         assert secret not in shown
+
+
+def test_the_environment_of_a_child_process_reads_back_as_the_same_settings() -> None:
+    env = {
+        "MVS_S3_ENDPOINT": "http://127.0.0.1:9000",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "MVS_STORAGE_AWS_S3_LOCKING_PROVIDER": "dynamodb",
+    }
+    storage = StorageSettings.from_env(env)
+    assert storage.environment() == env
+    assert StorageSettings.from_env(storage.environment()) == storage
+    assert StorageSettings().environment() == {}

@@ -91,6 +91,13 @@ class EmbeddedObjectStore:
         process, self._process = self._process, None
         terminate(process, timeout_s)
 
+    def kill(self) -> None:
+        """Stop it with SIGKILL: an outage, nothing closed cleanly (``start`` brings it back, same data)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(10)
+
     def __enter__(self) -> EmbeddedObjectStore:
         return self.start()
 

@@ -136,7 +136,9 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
     ),
     _rule(
         "storage unavailable",
-        r"IOException|Timeout|timed out|Connection (reset|refused)|Py4JNetworkError|SparkException",
+        # "Generic S3 error" & co: delta-rs (the no-JVM reads) on an object store it cannot reach.
+        r"IOException|Timeout|timed out|Connection (reset|refused)|Py4JNetworkError|SparkException|"
+        r"OSError|Generic [A-Za-z0-9]+ error",
         2001,
         True,
         "retried",

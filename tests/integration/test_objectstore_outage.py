@@ -1,0 +1,123 @@
+"""The fleet rides out an object-store outage — real processes, an S3 server of the test's own.
+
+A coordinator and a worker (real ``mvs`` processes; the worker's Spark reads and writes through S3A,
+its no-JVM checks through delta-rs) keep two MVs over ``sales`` in a bucket: one COMPLETE EVERY 3
+SECONDS, one FAST ON CHANGE. The store is killed (kill -9) while the worker refreshes; the
+refreshes fail meanwhile (a retryable "storage unavailable", the task WARNING, never FAILED). The
+store comes back on the same port and data, rows are appended, and with no one's help every MV
+catches up and equals its query, each refresh applied once, every started run ended, every role
+process alive. The recovery time (store back → every MV current) is printed, not asserted.
+
+The store is this test's own: the session's store other tests use is never stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import wait_until
+from tests.integration.fleet import assert_applied_once, refresh_commits, step, unended_runs
+from tests.integration.objectstore import BUCKET, object_store_settings
+from tests.integration.processes import Fleet
+from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from workers.client import MvsClient
+from workers.config import Settings
+from workers.embedded.broker import free_port, one_broker_settings
+from workers.embedded.objectstore import EmbeddedObjectStore
+from workers.jobs.tables import append, create_table
+from workers.warehouse import latest_version
+from workers.worker.runner import SPARK_READY
+
+pytestmark = pytest.mark.integration
+
+OUTAGE_S = 20.0  # several failed attempts (the refresh retry waits 5 s, then 10 s…)
+BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
+BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
+MVS = {"by_region": BY_REGION, "big": BIG}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EmbeddedObjectStore]:
+    with EmbeddedObjectStore(tmp_path / "store", port=free_port()) as s3:
+        s3.create_bucket(BUCKET)
+        yield s3
+
+
+def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> bool:
+    """The MV reports the latest version of ``sales`` and its table equals its query."""
+    task = client.tasks().get(f"mv:{name}")
+    if not task or task["checkpoint"].get("sales") != latest_version(settings, "sales"):
+        return False
+    return mv_rows(spark, settings, name) == query_rows(spark, settings, MVS[name])
+
+
+def test_the_fleet_rides_out_an_object_store_outage(
+    kafka_bootstrap: str, store: EmbeddedObjectStore, spark: Any, tmp_path: Path
+) -> None:
+    from workers.jobs.session import get_spark
+
+    settings = object_store_settings(store, one_broker_settings(kafka_bootstrap, "s3out", tmp_path))
+    get_spark(settings)  # the test's own Spark session reads and writes this store
+    fleet = Fleet(settings, tmp_path / "logs")
+    client = MvsClient(settings, issued_by="test-store-outage")
+    try:
+        roles = [fleet.coordinator("c1"), fleet.worker("w1")]
+        create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
+        wait_until(lambda: SPARK_READY in roles[1].log(), timeout_s=240, what="w1's Spark")
+        for sql in (
+            "CREATE MATERIALIZED VIEW LOG ON sales",
+            f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 3 SECONDS AS {BY_REGION}",
+            f"CREATE MATERIALIZED VIEW big REFRESH FAST ON CHANGE AS {BIG}",
+        ):
+            result = client.execute(sql, timeout_s=60)
+            assert result is not None and result["accepted"], (sql, result)
+        for name in MVS:
+            wait_until(
+                lambda n=name: mv_current(client, spark, settings, n), timeout_s=180, what=f"{name} built"
+            )
+        step("store outage: fleet up on the object store, both MVs built")
+
+        down_at = time.monotonic()
+        down_ms = int(time.time() * 1000)
+        store.kill()
+        step("store outage: object store killed (kill -9)")
+        failed = wait_until(
+            lambda: [
+                r for r in client.history("mv:by_region") if r["state"] == "ERROR" and r["ended_at"] > down_ms
+            ],
+            timeout_s=60,
+            what="a refresh failing while the store is away",
+        )
+        assert failed[0]["error"]["retryable"], failed[0]
+        step(f"store outage: a refresh failed as expected: {failed[0]['error']['message'][:160]}")
+        wait_until(lambda: time.monotonic() - down_at >= OUTAGE_S, timeout_s=OUTAGE_S + 5, what="the outage")
+        assert client.tasks()["mv:by_region"]["state"] == "WARNING", "retrying, not given up"
+        store.start()
+        back_at = time.monotonic()
+        step(f"store outage: store back after {back_at - down_at:.1f}s")
+        append(spark, settings, "sales", rows(100, 5))
+        for name in MVS:
+            wait_until(
+                lambda n=name: mv_current(client, spark, settings, n),
+                timeout_s=180,
+                what=f"{name} caught up after the store came back",
+            )
+        step(f"store outage: RECOVERY: every MV current, {time.monotonic() - back_at:.1f}s after")
+        for name in MVS:
+            assert_applied_once(refresh_commits(spark, settings, name))
+        assert {t["state"] for t in client.tasks().values()} <= {"NORMAL", "WARNING"}
+        now_ms = int(time.time() * 1000)
+        wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=120, what="every started run ended")
+        dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
+        assert not dead, f"role processes died: {dead}\n{fleet.logs()}"
+    except BaseException:
+        print(fleet.logs())
+        raise
+    finally:
+        client.close()
+        fleet.close()
