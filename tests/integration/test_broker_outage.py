@@ -25,21 +25,17 @@ import pytest
 from tests.integration.cluster import wait_until
 from tests.integration.fleet import step, unended_runs
 from tests.integration.processes import Fleet
-from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from tests.integration.sales import SCHEMA, rows
+from tests.integration.two_mvs import create_two_mvs, wait_until_current
 from workers.client import MvsClient
-from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 from workers.jobs.tables import append, create_table
-from workers.warehouse import latest_version
 from workers.worker.runner import SPARK_READY
 
 pytestmark = pytest.mark.integration
 
 HEARTBEAT_TIMEOUT_S = 8.0
 OUTAGE_S = 12.0  # > the heartbeat timeout and the group session (3 s): both expire
-BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
-BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
-MVS = {"by_region": BY_REGION, "big": BIG}
 
 
 @pytest.fixture
@@ -48,14 +44,6 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
     kafka.start()
     yield kafka
     kafka.stop()
-
-
-def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> bool:
-    """The MV reports the latest version of ``sales`` and its table equals its query."""
-    task = client.tasks().get(f"mv:{name}")
-    if not task or task["checkpoint"].get("sales") != latest_version(settings, "sales"):
-        return False
-    return mv_rows(spark, settings, name) == query_rows(spark, settings, MVS[name])
 
 
 def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, tmp_path: Path) -> None:
@@ -69,17 +57,7 @@ def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, 
         create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
         for worker in roles[1:]:
             wait_until(lambda w=worker: SPARK_READY in w.log(), timeout_s=240, what=f"{worker.name}'s Spark")
-        for sql in (
-            "CREATE MATERIALIZED VIEW LOG ON sales",
-            f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 3 SECONDS AS {BY_REGION}",
-            f"CREATE MATERIALIZED VIEW big REFRESH FAST ON CHANGE AS {BIG}",
-        ):
-            result = client.execute(sql, timeout_s=60)
-            assert result is not None and result["accepted"], (sql, result)
-        for name in MVS:
-            wait_until(
-                lambda n=name: mv_current(client, spark, settings, n), timeout_s=180, what=f"{name} built"
-            )
+        create_two_mvs(client, spark, settings)
         step("outage: fleet up, both MVs built")
 
         down_at = time.monotonic()
@@ -92,12 +70,7 @@ def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, 
         step(f"outage: broker back after {back_at - down_at:.1f}s")
         dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
         assert not dead, f"role processes died during the outage: {dead}\n{fleet.logs()}"
-        for name in MVS:
-            wait_until(
-                lambda n=name: mv_current(client, spark, settings, n),
-                timeout_s=240,
-                what=f"{name} caught up after the broker came back",
-            )
+        wait_until_current(client, spark, settings, "caught up after the broker came back", timeout_s=240)
         step(
             f"outage: RECOVERY: every MV current, equal to its query, {time.monotonic() - back_at:.1f}s after"
         )

@@ -24,21 +24,17 @@ from tests.integration.cluster import wait_until
 from tests.integration.fleet import assert_applied_once, refresh_commits, step, unended_runs
 from tests.integration.objectstore import BUCKET, object_store_settings
 from tests.integration.processes import Fleet
-from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from tests.integration.sales import SCHEMA, rows
+from tests.integration.two_mvs import MVS, create_two_mvs, wait_until_current
 from workers.client import MvsClient
-from workers.config import Settings
 from workers.embedded.broker import free_port, one_broker_settings
 from workers.embedded.objectstore import EmbeddedObjectStore
 from workers.jobs.tables import append, create_table
-from workers.warehouse import latest_version
 from workers.worker.runner import SPARK_READY
 
 pytestmark = pytest.mark.integration
 
 OUTAGE_S = 20.0  # several failed attempts (the refresh retry waits 5 s, then 10 s…)
-BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
-BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
-MVS = {"by_region": BY_REGION, "big": BIG}
 
 
 @pytest.fixture
@@ -46,14 +42,6 @@ def store(tmp_path: Path) -> Iterator[EmbeddedObjectStore]:
     with EmbeddedObjectStore(tmp_path / "store", port=free_port()) as s3:
         s3.create_bucket(BUCKET)
         yield s3
-
-
-def mv_current(client: MvsClient, spark: Any, settings: Settings, name: str) -> bool:
-    """The MV reports the latest version of ``sales`` and its table equals its query."""
-    task = client.tasks().get(f"mv:{name}")
-    if not task or task["checkpoint"].get("sales") != latest_version(settings, "sales"):
-        return False
-    return mv_rows(spark, settings, name) == query_rows(spark, settings, MVS[name])
 
 
 def test_the_fleet_rides_out_an_object_store_outage(
@@ -69,17 +57,7 @@ def test_the_fleet_rides_out_an_object_store_outage(
         roles = [fleet.coordinator("c1"), fleet.worker("w1")]
         create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
         wait_until(lambda: SPARK_READY in roles[1].log(), timeout_s=240, what="w1's Spark")
-        for sql in (
-            "CREATE MATERIALIZED VIEW LOG ON sales",
-            f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 3 SECONDS AS {BY_REGION}",
-            f"CREATE MATERIALIZED VIEW big REFRESH FAST ON CHANGE AS {BIG}",
-        ):
-            result = client.execute(sql, timeout_s=60)
-            assert result is not None and result["accepted"], (sql, result)
-        for name in MVS:
-            wait_until(
-                lambda n=name: mv_current(client, spark, settings, n), timeout_s=180, what=f"{name} built"
-            )
+        create_two_mvs(client, spark, settings)
         step("store outage: fleet up on the object store, both MVs built")
 
         down_at = time.monotonic()
@@ -101,12 +79,7 @@ def test_the_fleet_rides_out_an_object_store_outage(
         back_at = time.monotonic()
         step(f"store outage: store back after {back_at - down_at:.1f}s")
         append(spark, settings, "sales", rows(100, 5))
-        for name in MVS:
-            wait_until(
-                lambda n=name: mv_current(client, spark, settings, n),
-                timeout_s=180,
-                what=f"{name} caught up after the store came back",
-            )
+        wait_until_current(client, spark, settings, "caught up after the store came back", timeout_s=180)
         step(f"store outage: RECOVERY: every MV current, {time.monotonic() - back_at:.1f}s after")
         for name in MVS:
             assert_applied_once(refresh_commits(spark, settings, name))
