@@ -12,8 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-FastKind = Literal["projection", "aggregate", "join_projection", "join_aggregate"]
-FAST_KINDS: tuple[FastKind, ...] = ("projection", "aggregate", "join_projection", "join_aggregate")
+FastKind = Literal["projection", "aggregate", "join_projection", "join_aggregate", "aggregate_having"]
+FAST_KINDS: tuple[FastKind, ...] = (
+    "projection",
+    "aggregate",
+    "join_projection",
+    "join_aggregate",
+    "aggregate_having",  # GROUP BY … HAVING: a newer kind, recomputed completely by older workers
+)
 # Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
 JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate")
 

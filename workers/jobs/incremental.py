@@ -41,6 +41,7 @@ from workers.jobs import session as session_module
 from workers.jobs.aggregate_state import StateStore
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
+from workers.jobs.incremental_having import having_change
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
     TXN_APP_ID_CONF,
@@ -352,6 +353,9 @@ def _one_base_change(
     mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
     _step(session, request, "compute the change to the MV")
     try:
+        if plan.kind == "aggregate_having":  # reached groups recomputed (workers.jobs.incremental_having)
+            at_v = read_at(session, settings, base, state.until)
+            return having_change(scope, query, plan, changes, mv, at_v)
         if plan.kind == "aggregate":
             base_at_v = read_at(session, settings, base, state.until)
             store = _state_store(session, settings, request, state)
