@@ -8,6 +8,8 @@ Shapes are the ones FAST supports today:
 * aggregate: ``SELECT <keys and aggregates, any order> FROM t [WHERE p] [GROUP BY k1 | k2 | k1, k2]``
   with COUNT(*), COUNT(1), COUNT(col), SUM, AVG, MIN, MAX over NULL-able BIGINT, DECIMAL, DOUBLE (and
   a STRING for MIN/MAX);
+* aggregate with HAVING (``aggregate_having``): the aggregates above, ``HAVING`` over aggregates
+  selected or not, thresholds the small domains cross both ways (a group enters and leaves the MV);
 * either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
   a.k1 = b.k1 …``; ``Shape.bases`` > 1): keys with NULLs and few values, so rows join many-to-many
   and NULL keys are always there to (not) match. Their streams name the base of each operation
@@ -50,7 +52,7 @@ K1 = DOMAINS["k1"]
 class Shape:
     """One MV query; ``template`` reads its base table as ``{t}``, or its ``bases`` as ``{t0}``, ``{t1}``…"""
 
-    kind: str  # projection | aggregate | join_projection | join_aggregate (the FastRefreshPlan kind)
+    kind: str  # the FastRefreshPlan kind: projection | aggregate | aggregate_having | join_…
     template: str
     bases: int = 1
 
@@ -124,6 +126,32 @@ def aggregates(draw: st.DrawFn) -> Shape:
     items = draw(st.permutations([*group_by, *chosen]))  # keys need not come first
     where = draw(st.sampled_from(FILTERS))
     return Shape("aggregate", _query(items, where, draw(st.booleans()), group_by))
+
+
+# ---------------------------------------------------------------- HAVING (issue 10, item 2: HAVING)
+# Thresholds the streams cross both ways: groups enter and leave the MV. Aggregates in HAVING need not
+# be selected; NULL sums and averages make the condition NULL (the group is out).
+HAVINGS = (
+    "COUNT(*) > 1",
+    "SUM(v) > 3",
+    "COUNT(*) >= 2 AND MIN(x) < 0.5",
+    "AVG(d) >= 1 OR MAX(k1) = 'a'",
+    "COUNT(v) = 0",
+    "SUM(x) IS NULL OR SUM(x) < 100",
+    "MAX(v) - MIN(v) >= 2",
+)
+
+
+@st.composite
+def having_aggregates(draw: st.DrawFn) -> Shape:
+    group_by = draw(st.sampled_from(GROUPINGS))
+    chosen = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=4, unique=True))
+    items = draw(st.permutations([*group_by, *chosen]))
+    query = _query(items, draw(st.sampled_from(FILTERS)), draw(st.booleans()), group_by)
+    return Shape("aggregate_having", f"{query} HAVING {draw(st.sampled_from(HAVINGS))}")
+
+
+# ------------------------------------------------------------------------- end of HAVING shapes
 
 
 # ------------------------------------------------ helper-state shapes (issue 10, item 1: helper state)

@@ -13,8 +13,11 @@ The same over inner equi-joins of two or three bases (projections and aggregates
 {t1} b ON a.k1 = b.k1 …``): random change streams on every base, both sides changing between two
 refreshes, many-to-many keys, NULL keys that must never match, purges of any base's log.
 
+The same for GROUP BY … HAVING (``aggregate_having``): groups cross the HAVING threshold both ways
+between refreshes (they enter and leave the MV), HAVING over aggregates that are not selected.
+
 Default (``ci`` profile, derandomized): per property the explicit example plus a few generated ones
-(three over one table, one over a join), ~3 min on a loaded 2-core machine.
+(three over one table, one over a join, one with HAVING), ~3 min on a loaded 2-core machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
@@ -34,7 +37,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.fast_checks import Scenario, multiset_difference
-from tests.integration.fast_shapes import SHAPES, Shape, join_shapes
+from tests.integration.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes
 from tests.integration.fast_streams import (
     Bump,
     Delete,
@@ -58,8 +61,10 @@ pytestmark = pytest.mark.integration
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 CI_EXAMPLES = 3
 CI_JOIN_EXAMPLES = 1
+CI_HAVING_EXAMPLES = 1
 EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
 JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
+HAVING_EXAMPLES = CI_HAVING_EXAMPLES if PROFILE == "ci" else settings().max_examples
 MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
 MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 
@@ -225,4 +230,34 @@ def test_fast_refresh_of_a_join_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
 ) -> None:
     shapes, stream = case
+    run_stream(spark, warehouse_settings, shapes, stream)
+
+
+# HAVING: thresholds crossed both ways by the EVERYTHING stream (groups grow, lose rows, vanish, merge,
+# all go and come back), aggregates in HAVING that are not selected, an output name and a key in
+# HAVING, a global aggregate whose one row comes and goes.
+HAVING_SHAPES = [
+    Shape(
+        "aggregate_having",
+        "SELECT k1, COUNT(*) AS n, SUM(v) AS s_v, AVG(x) AS a_x FROM {t} s WHERE s.v IS NOT NULL OR s.x > 0 "
+        "GROUP BY k1 HAVING COUNT(*) >= 2 AND n < 5 OR k1 IS NULL",
+    ),
+    Shape(
+        "aggregate_having",
+        "SELECT MIN(x) AS lo_x, k2, SUM(d) AS s_d FROM {t} GROUP BY k2 "
+        "HAVING MAX(v) - MIN(v) >= 2 OR COUNT(d) = 0",
+    ),
+    Shape("aggregate_having", "SELECT COUNT(*) AS n, AVG(x) AS a_x FROM {t} HAVING SUM(v) > 5"),
+]
+
+
+@settings(
+    max_examples=HAVING_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(shapes=HAVING_SHAPES, stream=EVERYTHING)
+@given(shapes=st.lists(having_aggregates(), min_size=1, max_size=MAX_MVS), stream=streams(MAX_ROUNDS))
+def test_fast_refresh_with_having_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, shapes: list[Shape], stream: Stream
+) -> None:
     run_stream(spark, warehouse_settings, shapes, stream)

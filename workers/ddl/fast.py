@@ -1,6 +1,6 @@
 """Fast (incremental) refresh eligibility and the plan the refresh job follows.
 
-Two shapes are eligible, over one base table or an inner equi-join of several:
+These shapes are eligible, over one base table or an inner equi-join of several:
 
 * projection: ``SELECT <cols/expressions> FROM t [WHERE <deterministic predicate>]`` - each change
   row maps to at most one MV row;
@@ -10,6 +10,8 @@ Two shapes are eligible, over one base table or an inner equi-join of several:
 * either over ``FROM a JOIN b ON a.k = b.k [AND …] [JOIN c USING (k) …]`` (kinds ``join_projection``,
   ``join_aggregate``): distinct tables, inner joins whose conditions are column equalities. The job
   applies the delta rules of a join to each table's change rows (``workers.jobs.incremental_join``).
+* an aggregate of one table with HAVING (kind ``aggregate_having``, ``workers.ddl.fast_having``):
+  the groups change rows reach are recomputed (``workers.jobs.incremental_having``).
 
 Everything else is refused with a reason the user can act on.
 """
