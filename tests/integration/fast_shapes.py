@@ -15,7 +15,9 @@ Shapes are the ones FAST supports today:
   and NULL keys are always there to (not) match. Their streams name the base of each operation
   (``On``), one model per base.
 
-UNION ALL (issue 10, item 2) is not FAST-eligible yet.
+* UNION ALL (``union_projection``) of two to four projection/filter branches over one base or several
+  (each base read at least once, some twice): columns line up by position with types that widen (an
+  INT under a BIGINT), later branches unnamed; duplicates within and across branches.
 """
 
 from __future__ import annotations
@@ -249,3 +251,36 @@ def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
         return Shape("join_aggregate", _join_query(items, source, where, group_by), bases)
 
     return st.one_of(projection(), aggregate())
+
+
+# ------------------------------------------------------------ UNION ALL (issue 10, item 2: UNION ALL)
+# One slot per output column: what each branch may put there (same type family, so positions line up).
+UNION_SLOTS = (
+    ("k1", "coalesce(k1, 'none')", "upper(k1)"),
+    ("k2", "v", "v * 2", "id"),
+    ("d", "d + 1", "-d"),
+    ("x", "x / 4", "x + 1"),
+)
+
+
+def union_shapes(bases: int) -> st.SearchStrategy[Shape]:
+    """UNION ALL of 2..4 projections; branch i reads base i (so every base is read), then any base."""
+
+    @st.composite
+    def union(draw: st.DrawFn) -> Shape:
+        slots = draw(st.lists(st.sampled_from(UNION_SLOTS), min_size=1, max_size=3, unique=True))
+        extra = draw(st.lists(st.integers(0, bases - 1), min_size=max(0, 2 - bases), max_size=2))
+        branches = []
+        for number, base in enumerate([*range(bases), *extra]):
+            items = [draw(st.sampled_from(slot)) for slot in slots]
+            if number == 0:  # the first branch names the columns
+                items = [f"{item} AS c{i}" for i, item in enumerate(items)]
+            where = draw(st.sampled_from(FILTERS))
+            text = f"SELECT {', '.join(items)} FROM {{t{base}}}"
+            branches.append(text if where is None else f"{text} WHERE {where.replace('{q}', '')}")
+        return Shape("union_projection", " UNION ALL ".join(branches), bases)
+
+    return union()
+
+
+# -------------------------------------------------------------------------- end of UNION ALL shapes

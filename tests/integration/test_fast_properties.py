@@ -17,12 +17,14 @@ The same for GROUP BY … HAVING (``aggregate_having``): groups cross the HAVING
 between refreshes (they enter and leave the MV), HAVING over aggregates that are not selected.
 
 Default (``ci`` profile, derandomized): per property the explicit example plus a few generated ones
-(three over one table, one over a join, one with HAVING), ~3 min on a loaded 2-core machine.
+(three over one table, one over a join, one with HAVING, one UNION ALL), ~3 min on a loaded 2-core
+machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
 
-UNION ALL is not FAST-eligible yet: see ``fast_shapes`` for where shapes go.
+The same for UNION ALL of projections (``union_projection``) over one base (branches reading it
+twice: duplicates across branches) or several (changes on every base, one base in two branches).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.fast_checks import Scenario, multiset_difference
-from tests.integration.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes
+from tests.integration.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes, union_shapes
 from tests.integration.fast_streams import (
     Bump,
     Delete,
@@ -62,9 +64,11 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 CI_EXAMPLES = 3
 CI_JOIN_EXAMPLES = 1
 CI_HAVING_EXAMPLES = 1
+CI_UNION_EXAMPLES = 1
 EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
 JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
 HAVING_EXAMPLES = CI_HAVING_EXAMPLES if PROFILE == "ci" else settings().max_examples
+UNION_EXAMPLES = CI_UNION_EXAMPLES if PROFILE == "ci" else settings().max_examples
 MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
 MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 
@@ -260,4 +264,39 @@ HAVING_SHAPES = [
 def test_fast_refresh_with_having_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, shapes: list[Shape], stream: Stream
 ) -> None:
+    run_stream(spark, warehouse_settings, shapes, stream)
+
+
+# UNION ALL: the same base in two branches (a row and its copy in the MV), a filter that rows move
+# across, an INT column under a BIGINT one; over three bases, base 0 read twice.
+UNION_ONE_BASE = Shape(
+    "union_projection",
+    "SELECT k1, v * 2 AS v2, d FROM {t} WHERE v > 0 UNION ALL SELECT k1, v, d FROM {t} s "
+    "WHERE s.k1 IS NULL OR s.x >= 0 UNION ALL SELECT coalesce(k1, 'none'), k2, d + 1 FROM {t}",
+)
+UNION_BASES = Shape(
+    "union_projection",
+    "SELECT k1 AS k, v FROM {t0} UNION ALL SELECT k1, v FROM {t1} WHERE v > 2 "
+    "UNION ALL SELECT upper(k1), k2 FROM {t2} UNION ALL SELECT k1, v FROM {t0} WHERE d IS NOT NULL",
+    3,
+)
+
+
+@settings(
+    max_examples=UNION_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(case=([UNION_ONE_BASE], EVERYTHING))
+@example(case=([UNION_BASES], JOINED))
+@given(
+    case=st.sampled_from([1, 2]).flatmap(
+        lambda bases: st.tuples(
+            st.lists(union_shapes(bases), min_size=1, max_size=MAX_JOIN_MVS), streams(MAX_JOIN_ROUNDS, bases)
+        )
+    )
+)
+def test_fast_refresh_of_a_union_all_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
+) -> None:
+    shapes, stream = case
     run_stream(spark, warehouse_settings, shapes, stream)

@@ -12,6 +12,8 @@ These shapes are eligible, over one base table or an inner equi-join of several:
   applies the delta rules of a join to each table's change rows (``workers.jobs.incremental_join``).
 * an aggregate of one table with HAVING (kind ``aggregate_having``, ``workers.ddl.fast_having``):
   the groups change rows reach are recomputed (``workers.jobs.incremental_having``).
+* UNION ALL of projections of one table each (kind ``union_projection``, ``workers.ddl.fast_union``):
+  the query run over the tables' change rows (``workers.jobs.incremental_union``).
 
 Everything else is refused with a reason the user can act on.
 """
@@ -34,6 +36,7 @@ from workers.ddl.fast_rules import (
     projection_item,
     table_of,
 )
+from workers.ddl.fast_union import union_plan
 from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
 
 __all__ = ["AggregateItem", "FastRefreshPlan", "SelectItem", "plan_fast_refresh"]
@@ -123,7 +126,7 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
     while isinstance(select, exp.Subquery):
         select = select.this
     if isinstance(select, exp.SetOperation):
-        raise NotEligible("set operations (UNION, INTERSECT, EXCEPT) are not supported")
+        return union_plan(select, _branch_plan)
     if not isinstance(select, exp.Select):
         raise NotEligible("only a plain SELECT is supported")
     for clause, value in select.args.items():
@@ -161,6 +164,12 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
     items = tuple(projection_item(item) for item in select.expressions)
     check_unique(items)
     return FastRefreshPlan("projection", base_tables[0], (), items, (), where_sql, qualifier)
+
+
+def _branch_plan(select: exp.Select) -> FastRefreshPlan:
+    """The plan of one SELECT of a UNION ALL, as if it were the whole query (over its one table)."""
+    source = select.args.get("from_")
+    return _plan(select, (table_of(source.this if source is not None else None).name.lower(),))
 
 
 def _unqualified(select: exp.Select, qualifiers: set[str]) -> exp.Select:
