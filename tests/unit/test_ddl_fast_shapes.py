@@ -1,10 +1,12 @@
-"""FAST eligibility of the shapes of issue 10, item 2: GROUP BY … HAVING (``workers.ddl.fast_having``)."""
+"""FAST eligibility of the shapes of issue 10, item 2: GROUP BY … HAVING (``workers.ddl.fast_having``)
+and UNION ALL of projections (``workers.ddl.fast_union``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.ddl import AggregateItem, analyze_query, plan_from_record, plan_record
+from workers.ddl import AggregateItem, SelectItem, analyze_query, plan_from_record, plan_record
+from workers.ddl.plan import JoinTable
 
 # -- HAVING -----------------------------------------------------------------------------------------
 
@@ -77,6 +79,57 @@ def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
     ],
 )
 def test_having_shapes_that_are_not(sql: str, reason: str) -> None:
+    info = analyze_query(sql)
+    assert info.fast_refresh is None
+    assert reason in info.fast_reason
+
+
+# -- UNION ALL --------------------------------------------------------------------------------------
+
+
+def test_union_all_plan_lists_every_base_once_and_the_first_branchs_columns() -> None:
+    sql = (
+        "SELECT k, v * 2 AS v2 FROM sales s WHERE s.v > 0 UNION ALL SELECT id, amount + 1 FROM returns "
+        "UNION ALL (SELECT k, v FROM sales)"
+    )
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None
+    assert (plan.kind, plan.base_table, plan.base_tables, plan.where) == (
+        "union_projection",
+        "sales",
+        ("sales", "returns"),
+        None,
+    )
+    assert plan.tables == (JoinTable("sales", "sales"), JoinTable("returns", "returns"))
+    assert plan.items == (SelectItem("k", "k", "k"), SelectItem("v2", "v * 2", None))
+    assert plan_from_record(plan_record(analyze_query(sql).plan)).fast_refresh == plan
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT a FROM t UNION SELECT a FROM u", "UNION (without ALL) is not supported; use UNION ALL"),
+        ("SELECT a FROM t INTERSECT SELECT a FROM u", "INTERSECT is not supported; only UNION ALL is"),
+        ("SELECT a FROM t EXCEPT SELECT a FROM u", "EXCEPT is not supported; only UNION ALL is"),
+        ("SELECT a FROM t UNION ALL SELECT a, b FROM u", "UNION ALL branch 2 has 2 columns, branch 1 1"),
+        (
+            "SELECT a FROM t UNION ALL SELECT k, count(*) AS n FROM u GROUP BY k",
+            "UNION ALL branch 2 is not a projection of one table (aggregate); each branch must be a "
+            "projection/filter of one table (SELECT cols FROM t [WHERE …])",
+        ),
+        ("SELECT a FROM t UNION ALL SELECT u.a FROM u JOIN v ON u.k = v.k", "(join projection)"),
+        (
+            "SELECT a FROM t UNION ALL SELECT rand() FROM u",
+            "UNION ALL branch 2: non-deterministic function RAND",
+        ),
+        ("SELECT a + 1 FROM t UNION ALL SELECT a FROM u", "branch 1: expression a + 1 needs an output name"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM (SELECT a FROM u) s", "branch 2: the query must read its"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u ORDER BY a", "ORDER BY is not supported"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT is not supported"),
+        ("WITH x AS (SELECT a FROM t) SELECT a FROM x UNION ALL SELECT a FROM u", "WITH clauses (CTEs)"),
+    ],
+)
+def test_union_shapes_that_are_not(sql: str, reason: str) -> None:
     info = analyze_query(sql)
     assert info.fast_refresh is None
     assert reason in info.fast_reason

@@ -318,8 +318,8 @@ def test_a_join_plan_is_no_plan_for_a_worker_that_knows_only_one_table() -> None
             "column u.b is neither grouped",
         ),
         (
-            "SELECT a FROM t UNION ALL SELECT a FROM u",
-            "set operations (UNION, INTERSECT, EXCEPT) are not supported",
+            "SELECT a FROM t UNION SELECT a FROM u",
+            "UNION (without ALL) is not supported; use UNION ALL",
         ),
         ("SELECT a FROM (SELECT a FROM t) x", "subqueries are not supported"),
         ("SELECT a FROM t WHERE a IN (SELECT a FROM t)", "subqueries are not supported"),
