@@ -79,6 +79,13 @@ def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings(warehouse=str(Path(tmp_path_factory.mktemp("fast-properties")) / "warehouse"))
 
 
+# What the run message of an incremental refresh of these kinds says of its plan.
+PLAN_WORDS = {
+    "aggregate_having": "keyed merge of recomputed groups",
+    "union_projection": "UNION ALL over",
+}
+
+
 def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stream) -> None:
     scenario = Scenario(spark, settings, shapes)
     try:
@@ -89,6 +96,9 @@ def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stre
             scenario.refresh_all()
     finally:
         scenario.drop()
+    for mv, kind in scenario.kinds.items():  # every run message states the plan used
+        runs = [line for line in scenario.log if line.startswith(f"refresh {mv} ") and "incremental:" in line]
+        assert all(PLAN_WORDS.get(kind, "") in line for line in runs), runs
 
 
 def agg(template: str) -> Shape:

@@ -62,10 +62,12 @@ def having_change(
     ).collect()[0]
     change_rows, groups = int(stats["change_rows"] or 0), int(stats["groups"] or 0)
     wanted = reached.where(F.col(ROWS) > 0).select(*[F.col(q(m)) for m in keys])
-    subset = base_at_v
-    for key, m in zip(plan.group_by, keys, strict=True):  # each key narrows: whole groups stay
-        subset = narrowed(subset, key, wanted, m, nulls=True)
-    fresh = scope.run_query(query, plan.base_table, subset if groups else base_at_v.limit(0))
+    subset = base_at_v.limit(0)  # no group reached: nothing to recompute
+    if groups:
+        subset = base_at_v
+        for key, m in zip(plan.group_by, keys, strict=True):  # each key narrows; whole groups stay
+            subset = narrowed(subset, key, wanted, m, nulls=True)
+    fresh = scope.run_query(query, plan.base_table, subset)
     pairs = [(m, m) for m in keys]
     joined = wanted.alias("w").join(
         fresh.withColumn(PRESENT, F.lit(True)).alias("r"), null_safe("w", "r", pairs), "left"
