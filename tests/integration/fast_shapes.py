@@ -8,12 +8,16 @@ Shapes are the ones FAST supports today:
 * aggregate: ``SELECT <keys and aggregates, any order> FROM t [WHERE p] [GROUP BY k1 | k2 | k1, k2]``
   with COUNT(*), COUNT(1), COUNT(col), SUM, AVG, MIN, MAX over NULL-able BIGINT, DECIMAL, DOUBLE (and
   a STRING for MIN/MAX);
+* aggregate with HAVING (``aggregate_having``): the aggregates above, ``HAVING`` over aggregates
+  selected or not, thresholds the small domains cross both ways (a group enters and leaves the MV);
 * either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
   a.k1 = b.k1 …``; ``Shape.bases`` > 1): keys with NULLs and few values, so rows join many-to-many
   and NULL keys are always there to (not) match. Their streams name the base of each operation
   (``On``), one model per base.
 
-UNION ALL (issue 10, item 2) is not FAST-eligible yet.
+* UNION ALL (``union_projection``) of two to four projection/filter branches over one base or several
+  (each base read at least once, some twice): columns line up by position with types that widen (an
+  INT under a BIGINT), later branches unnamed; duplicates within and across branches.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ K1 = DOMAINS["k1"]
 class Shape:
     """One MV query; ``template`` reads its base table as ``{t}``, or its ``bases`` as ``{t0}``, ``{t1}``…"""
 
-    kind: str  # projection | aggregate | join_projection | join_aggregate (the FastRefreshPlan kind)
+    kind: str  # the FastRefreshPlan kind: projection | aggregate | aggregate_having | join_…
     template: str
     bases: int = 1
 
@@ -124,6 +128,32 @@ def aggregates(draw: st.DrawFn) -> Shape:
     items = draw(st.permutations([*group_by, *chosen]))  # keys need not come first
     where = draw(st.sampled_from(FILTERS))
     return Shape("aggregate", _query(items, where, draw(st.booleans()), group_by))
+
+
+# ---------------------------------------------------------------- HAVING (issue 10, item 2: HAVING)
+# Thresholds the streams cross both ways: groups enter and leave the MV. Aggregates in HAVING need not
+# be selected; NULL sums and averages make the condition NULL (the group is out).
+HAVINGS = (
+    "COUNT(*) > 1",
+    "SUM(v) > 3",
+    "COUNT(*) >= 2 AND MIN(x) < 0.5",
+    "AVG(d) >= 1 OR MAX(k1) = 'a'",
+    "COUNT(v) = 0",
+    "SUM(x) IS NULL OR SUM(x) < 100",
+    "MAX(v) - MIN(v) >= 2",
+)
+
+
+@st.composite
+def having_aggregates(draw: st.DrawFn) -> Shape:
+    group_by = draw(st.sampled_from(GROUPINGS))
+    chosen = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=4, unique=True))
+    items = draw(st.permutations([*group_by, *chosen]))
+    query = _query(items, draw(st.sampled_from(FILTERS)), draw(st.booleans()), group_by)
+    return Shape("aggregate_having", f"{query} HAVING {draw(st.sampled_from(HAVINGS))}")
+
+
+# ------------------------------------------------------------------------- end of HAVING shapes
 
 
 # ------------------------------------------------ helper-state shapes (issue 10, item 1: helper state)
@@ -221,3 +251,36 @@ def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
         return Shape("join_aggregate", _join_query(items, source, where, group_by), bases)
 
     return st.one_of(projection(), aggregate())
+
+
+# ------------------------------------------------------------ UNION ALL (issue 10, item 2: UNION ALL)
+# One slot per output column: what each branch may put there (same type family, so positions line up).
+UNION_SLOTS = (
+    ("k1", "coalesce(k1, 'none')", "upper(k1)"),
+    ("k2", "v", "v * 2", "id"),
+    ("d", "d + 1", "-d"),
+    ("x", "x / 4", "x + 1"),
+)
+
+
+def union_shapes(bases: int) -> st.SearchStrategy[Shape]:
+    """UNION ALL of 2..4 projections; branch i reads base i (so every base is read), then any base."""
+
+    @st.composite
+    def union(draw: st.DrawFn) -> Shape:
+        slots = draw(st.lists(st.sampled_from(UNION_SLOTS), min_size=1, max_size=3, unique=True))
+        extra = draw(st.lists(st.integers(0, bases - 1), min_size=max(0, 2 - bases), max_size=2))
+        branches = []
+        for number, base in enumerate([*range(bases), *extra]):
+            items = [draw(st.sampled_from(slot)) for slot in slots]
+            if number == 0:  # the first branch names the columns
+                items = [f"{item} AS c{i}" for i, item in enumerate(items)]
+            where = draw(st.sampled_from(FILTERS))
+            text = f"SELECT {', '.join(items)} FROM {{t{base}}}"
+            branches.append(text if where is None else f"{text} WHERE {where.replace('{q}', '')}")
+        return Shape("union_projection", " UNION ALL ".join(branches), bases)
+
+    return union()
+
+
+# -------------------------------------------------------------------------- end of UNION ALL shapes

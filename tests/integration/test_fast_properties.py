@@ -13,13 +13,18 @@ The same over inner equi-joins of two or three bases (projections and aggregates
 {t1} b ON a.k1 = b.k1 …``): random change streams on every base, both sides changing between two
 refreshes, many-to-many keys, NULL keys that must never match, purges of any base's log.
 
+The same for GROUP BY … HAVING (``aggregate_having``): groups cross the HAVING threshold both ways
+between refreshes (they enter and leave the MV), HAVING over aggregates that are not selected.
+
 Default (``ci`` profile, derandomized): per property the explicit example plus a few generated ones
-(three over one table, one over a join), ~3 min on a loaded 2-core machine.
+(three over one table, one over a join, one with HAVING, one UNION ALL), ~3 min on a loaded 2-core
+machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
 
-UNION ALL is not FAST-eligible yet: see ``fast_shapes`` for where shapes go.
+The same for UNION ALL of projections (``union_projection``) over one base or several, a base read by
+two branches (duplicates across branches), changes on some bases only.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.fast_checks import Scenario, multiset_difference
-from tests.integration.fast_shapes import SHAPES, Shape, join_shapes
+from tests.integration.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes, union_shapes
 from tests.integration.fast_streams import (
     Bump,
     Delete,
@@ -58,8 +63,12 @@ pytestmark = pytest.mark.integration
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 CI_EXAMPLES = 3
 CI_JOIN_EXAMPLES = 1
+CI_HAVING_EXAMPLES = 1
+CI_UNION_EXAMPLES = 1
 EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
 JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
+HAVING_EXAMPLES = CI_HAVING_EXAMPLES if PROFILE == "ci" else settings().max_examples
+UNION_EXAMPLES = CI_UNION_EXAMPLES if PROFILE == "ci" else settings().max_examples
 MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
 MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 
@@ -68,6 +77,13 @@ MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """One warehouse for the module: every example makes its own uniquely named tables (and drops them)."""
     return Settings(warehouse=str(Path(tmp_path_factory.mktemp("fast-properties")) / "warehouse"))
+
+
+# What the run message of an incremental refresh of these kinds says of its plan.
+PLAN_WORDS = {
+    "aggregate_having": "keyed merge of recomputed groups",
+    "union_projection": "UNION ALL over",
+}
 
 
 def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stream) -> None:
@@ -80,6 +96,9 @@ def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stre
             scenario.refresh_all()
     finally:
         scenario.drop()
+    for mv, kind in scenario.kinds.items():  # every run message states the plan used
+        runs = [line for line in scenario.log if line.startswith(f"refresh {mv} ") and "incremental:" in line]
+        assert all(PLAN_WORDS.get(kind, "") in line for line in runs), runs
 
 
 def agg(template: str) -> Shape:
@@ -222,6 +241,80 @@ JOINED_SHAPES = [
     )
 )
 def test_fast_refresh_of_a_join_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
+) -> None:
+    shapes, stream = case
+    run_stream(spark, warehouse_settings, shapes, stream)
+
+
+# HAVING: thresholds crossed both ways by the EVERYTHING stream (groups grow, lose rows, vanish, merge,
+# all go and come back), aggregates in HAVING that are not selected (MIN/MAX too), an output name and a
+# key in HAVING, a global aggregate whose one row comes and goes.
+HAVING_SHAPES = [
+    Shape(
+        "aggregate_having",
+        "SELECT k1, COUNT(*) AS n, SUM(v) AS s_v, AVG(x) AS a_x FROM {t} s WHERE s.v IS NOT NULL OR s.x > 0 "
+        "GROUP BY k1 HAVING COUNT(*) >= 2 AND n < 5 OR k1 IS NULL",
+    ),
+    Shape(
+        "aggregate_having",
+        "SELECT COUNT(*) AS n, MIN(x) AS lo_x FROM {t} HAVING SUM(v) > 5 AND MAX(v) - MIN(v) >= 2",
+    ),
+]
+
+
+@settings(
+    max_examples=HAVING_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(shapes=HAVING_SHAPES, stream=EVERYTHING)
+@given(shapes=st.lists(having_aggregates(), min_size=1, max_size=MAX_MVS), stream=streams(MAX_ROUNDS))
+def test_fast_refresh_with_having_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, shapes: list[Shape], stream: Stream
+) -> None:
+    run_stream(spark, warehouse_settings, shapes, stream)
+
+
+# UNION ALL over two bases, base 0 read by two branches (the same row twice in the MV, and copies of a
+# row), an INT column under a BIGINT one: first only base 1 appends (the other base's branches read no
+# rows), then a row leaves one branch of base 0 but not the other, base 1 loses its MAX, a purge.
+UNIONED = Stream(
+    Insert(
+        (("a", 0, 5, Decimal("1.25"), 0.1), ("a", 1, 2, None, 2 / 3), (None, 1, 3, Decimal("0.00"), None)),
+        (0,),
+    ),
+    (
+        (On(1, Insert((("b", 1, 4, Decimal("3.10"), -1.5),), (0,))),),
+        (
+            On(0, Update(0, (("v", -1),))),
+            On(1, DeleteExtreme("MAX", "v", "b")),
+            On(0, Purge()),
+            On(0, Insert(((None, None, 7, None, 1000.0),), (1,))),
+        ),
+    ),
+    others=(Insert((("a", 0, 1, Decimal("1.25"), 0.25), ("c", None, 8, None, -7.75)), (1,)),),
+)
+UNION_SHAPE = Shape(
+    "union_projection",
+    "SELECT k1 AS k, v, d FROM {t0} WHERE v > 0 UNION ALL SELECT upper(k1), k2, d + 1 FROM {t1} "
+    "UNION ALL SELECT k1, v, d FROM {t0} WHERE k1 IS NULL OR x >= 0",
+    2,
+)
+
+
+@settings(
+    max_examples=UNION_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(case=([UNION_SHAPE], UNIONED))
+@given(
+    case=st.sampled_from([1, 2]).flatmap(
+        lambda bases: st.tuples(
+            st.lists(union_shapes(bases), min_size=1, max_size=MAX_JOIN_MVS), streams(MAX_JOIN_ROUNDS, bases)
+        )
+    )
+)
+def test_fast_refresh_of_a_union_all_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
 ) -> None:
     shapes, stream = case

@@ -12,8 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-FastKind = Literal["projection", "aggregate", "join_projection", "join_aggregate"]
-FAST_KINDS: tuple[FastKind, ...] = ("projection", "aggregate", "join_projection", "join_aggregate")
+FastKind = Literal[
+    "projection", "aggregate", "join_projection", "join_aggregate", "aggregate_having", "union_projection"
+]
+FAST_KINDS: tuple[FastKind, ...] = (
+    "projection",
+    "aggregate",
+    "join_projection",
+    "join_aggregate",
+    "aggregate_having",  # GROUP BY … HAVING: a newer kind, recomputed completely by older workers
+    "union_projection",  # UNION ALL of projections: ``tables`` lists the tables its branches read
+)
 # Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
 JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate")
 
@@ -85,6 +94,7 @@ class FastRefreshPlan:
     # ``where`` use. ``where`` is the user's own text of the WHERE condition (when the query text was
     # given), so Spark reads it exactly as in the query, never a re-rendering.
     qualifier: str = ""
+    # A union (``union_projection``) lists in ``tables`` the bases its branches read, in order.
     # Join plans (kinds ``join_*``): every base in FROM order, the join's equalities (only to narrow
     # reads), and for an aggregate the columns it reads and the user's own FROM … WHERE text.
     tables: tuple[JoinTable, ...] = ()

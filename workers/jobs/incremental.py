@@ -41,6 +41,8 @@ from workers.jobs import session as session_module
 from workers.jobs.aggregate_state import StateStore
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
+from workers.jobs.incremental_having import having_change
+from workers.jobs.incremental_union import union_change
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
     TXN_APP_ID_CONF,
@@ -228,7 +230,7 @@ def _check_schema(
             f"({', '.join(f'{n} {t}' for n, t in have)}) differ from the query's "
             f"({', '.join(f'{n} {t}' for n, t in want)})"
         )
-    if plan.kind in ("projection", "join_projection") and (odd := apply.unmatchable_columns(mv_schema)):
+    if plan.kind.endswith("projection") and (odd := apply.unmatchable_columns(mv_schema)):  # copies counted
         raise FastRefreshNotPossible(
             f"complete: rows with MAP/VARIANT columns ({', '.join(odd)}) cannot be matched"
         )
@@ -281,7 +283,12 @@ def _apply(
     version = str(txn_version(request.epoch, watermark))
     path = warehouse.table_path(settings, request.mv_name)
     _step(session, request, "read the change rows")
-    if plan.tables:  # a join of several bases: its delta rules (``workers.jobs.incremental_join``)
+    if plan.kind == "union_projection":  # branches over their bases' changes (``incremental_union``)
+        try:
+            change, shared = union_change(scope, request, plan, state.ranges)
+        except apply.Inconsistent as why:
+            raise _not_matching(why) from why
+    elif plan.tables:  # a join of several bases: its delta rules (``workers.jobs.incremental_join``)
         try:
             change, shared = incremental_join.join_change(scope, request, plan, state.ranges)
         except apply.Inconsistent as why:
@@ -352,6 +359,9 @@ def _one_base_change(
     mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
     _step(session, request, "compute the change to the MV")
     try:
+        if plan.kind == "aggregate_having":  # reached groups recomputed (workers.jobs.incremental_having)
+            at_v = read_at(session, settings, base, state.until)
+            return having_change(scope, query, plan, changes, mv, at_v)
         if plan.kind == "aggregate":
             base_at_v = read_at(session, settings, base, state.until)
             store = _state_store(session, settings, request, state)

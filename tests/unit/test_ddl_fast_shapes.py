@@ -1,0 +1,135 @@
+"""FAST eligibility of the shapes of issue 10, item 2: GROUP BY … HAVING (``workers.ddl.fast_having``)
+and UNION ALL of projections (``workers.ddl.fast_union``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.ddl import AggregateItem, SelectItem, analyze_query, plan_from_record, plan_record
+from workers.ddl.plan import JoinTable
+
+# -- HAVING -----------------------------------------------------------------------------------------
+
+
+def test_having_plan_is_the_aggregate_plan_of_another_kind() -> None:
+    sql = (
+        "SELECT k, sum(v) AS total, count(*) AS n FROM sales s WHERE s.v > 0 "
+        "GROUP BY k HAVING count(*) > 2 AND max(s.v) < 10 AND total <> 0 AND k IS NOT NULL"
+    )
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None
+    assert (plan.kind, plan.base_table, plan.group_by, plan.where, plan.qualifier) == (
+        "aggregate_having",
+        "sales",
+        ("k",),
+        "s.v > 0",  # the user's WHERE text ends at GROUP BY, never takes the HAVING
+        "s",
+    )
+    # The aggregates listed are the selected ones; HAVING's own (MAX(v)) are evaluated by the query.
+    assert plan.aggregates == (
+        AggregateItem("SUM", "v", "total", False),
+        AggregateItem("COUNT", None, "n", False),
+    )
+    assert plan_from_record(plan_record(analyze_query(sql).plan)).fast_refresh == plan
+
+
+@pytest.mark.parametrize(
+    ("sql", "where"),
+    [
+        ("SELECT count(*) AS n FROM t WHERE v > 1 HAVING sum(v) > 2", "v > 1"),  # no GROUP BY: one group
+        ("SELECT k, min(v) AS lo FROM t WHERE k <> 'HAVING' GROUP BY k HAVING avg(v) > 0", "k <> 'HAVING'"),
+        ("SELECT k FROM t GROUP BY k HAVING count(1) >= 2 OR count(v) = 0", None),  # only keys selected
+    ],
+)
+def test_having_shapes_that_are_eligible(sql: str, where: str | None) -> None:
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None and plan.kind == "aggregate_having" and plan.where == where
+
+
+def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
+    """An older worker (which knows no ``aggregate_having``) refreshes completely, saying why."""
+    record = plan_record(analyze_query("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > 1").plan)
+    record["fast_refresh"]["kind"] = "aggregate_having_v2"  # what any unknown kind looks like
+    plan = plan_from_record(record)
+    assert plan.fast_refresh is None
+    assert "does not know fast-refresh plans of kind aggregate_having_v2" in plan.fast_reason
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        (
+            "SELECT k, count(*) AS n FROM t GROUP BY k HAVING stddev(v) > 1",
+            "HAVING STDDEV(v) is not supported; HAVING may use SUM, COUNT, AVG, MIN or MAX of a plain "
+            "column, COUNT(*), GROUP BY columns and output names",
+        ),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING count(DISTINCT v) > 1", "COUNT(DISTINCT ...)"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING sum(v * 2) > 1", "argument of SUM(v * 2) must be"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING v > 1", "HAVING column v is neither grouped"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING rand() > 0.5", "non-deterministic function RAND"),
+        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > (SELECT 1)", "subqueries are not supported"),
+        (
+            "SELECT v FROM t HAVING v > 1",
+            "HAVING without GROUP BY or an aggregate is not supported; use WHERE",
+        ),
+        (
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING count(*) > 1",
+            "HAVING over a join is not supported; filter the join aggregate when reading it",
+        ),
+    ],
+)
+def test_having_shapes_that_are_not(sql: str, reason: str) -> None:
+    info = analyze_query(sql)
+    assert info.fast_refresh is None
+    assert reason in info.fast_reason
+
+
+# -- UNION ALL --------------------------------------------------------------------------------------
+
+
+def test_union_all_plan_lists_every_base_once_and_the_first_branchs_columns() -> None:
+    sql = (
+        "SELECT k, v * 2 AS v2 FROM sales s WHERE s.v > 0 UNION ALL SELECT id, amount + 1 FROM returns "
+        "UNION ALL (SELECT k, v FROM sales)"
+    )
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None
+    assert (plan.kind, plan.base_table, plan.base_tables, plan.where) == (
+        "union_projection",
+        "sales",
+        ("sales", "returns"),
+        None,
+    )
+    assert plan.tables == (JoinTable("sales", "sales"), JoinTable("returns", "returns"))
+    assert plan.items == (SelectItem("k", "k", "k"), SelectItem("v2", "v * 2", None))
+    assert plan_from_record(plan_record(analyze_query(sql).plan)).fast_refresh == plan
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT a FROM t UNION SELECT a FROM u", "UNION (without ALL) is not supported; use UNION ALL"),
+        ("SELECT a FROM t INTERSECT SELECT a FROM u", "INTERSECT is not supported; only UNION ALL is"),
+        ("SELECT a FROM t EXCEPT SELECT a FROM u", "EXCEPT is not supported; only UNION ALL is"),
+        ("SELECT a FROM t UNION ALL SELECT a, b FROM u", "UNION ALL branch 2 has 2 columns, branch 1 1"),
+        (
+            "SELECT a FROM t UNION ALL SELECT k, count(*) AS n FROM u GROUP BY k",
+            "UNION ALL branch 2 is not a projection of one table (aggregate); each branch must be a "
+            "projection/filter of one table (SELECT cols FROM t [WHERE …])",
+        ),
+        ("SELECT a FROM t UNION ALL SELECT u.a FROM u JOIN v ON u.k = v.k", "(join projection)"),
+        (
+            "SELECT a FROM t UNION ALL SELECT rand() FROM u",
+            "UNION ALL branch 2: non-deterministic function RAND",
+        ),
+        ("SELECT a + 1 FROM t UNION ALL SELECT a FROM u", "branch 1: expression a + 1 needs an output name"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM (SELECT a FROM u) s", "branch 2: the query must read its"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u ORDER BY a", "ORDER BY is not supported"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT is not supported"),
+        ("WITH x AS (SELECT a FROM t) SELECT a FROM x UNION ALL SELECT a FROM u", "WITH clauses (CTEs)"),
+    ],
+)
+def test_union_shapes_that_are_not(sql: str, reason: str) -> None:
+    info = analyze_query(sql)
+    assert info.fast_refresh is None
+    assert reason in info.fast_reason

@@ -1,0 +1,155 @@
+"""The building blocks of fast-refresh eligibility (``workers.ddl.fast``): table references, plain
+column names, output items, and the aggregate plan of a GROUP BY select list (one table or a join).
+
+A rule that does not hold raises ``NotEligible`` with a reason the user can act on.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from workers.ddl.dialect import DIALECT
+from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
+
+AGGREGATES: dict[type[exp.Expr], str] = {
+    exp.Sum: "SUM",
+    exp.Count: "COUNT",
+    exp.Avg: "AVG",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+
+CLAUSE_MESSAGES = {
+    "with_": "WITH clauses (CTEs) are not supported",
+    "distinct": "DISTINCT is not supported",
+    "laterals": "LATERAL VIEW is not supported",
+    "qualify": "QUALIFY is not supported",
+    "windows": "WINDOW clauses are not supported",
+    "distribute": "DISTRIBUTE BY is not supported",
+    "sort": "SORT BY is not supported",
+    "cluster": "CLUSTER BY is not supported",
+    "order": "ORDER BY is not supported",
+    "limit": "LIMIT is not supported",
+    "offset": "OFFSET is not supported",
+    "pivots": "PIVOT is not supported",
+    "sample": "TABLESAMPLE is not supported",
+    "version": "time travel (VERSION/TIMESTAMP AS OF) is not supported",
+}
+
+
+class NotEligible(Exception):
+    pass
+
+
+def table_of(node: exp.Expr | None) -> exp.Table:
+    """``node`` when it is a plain table reference (with an alias at most)."""
+    if not isinstance(node, exp.Table):
+        raise NotEligible("the query must read its tables directly in FROM and JOIN")
+    for clause, value in node.args.items():
+        if value and clause not in ("this", "alias"):
+            raise NotEligible(CLAUSE_MESSAGES.get(clause, f"{clause.upper()} on the table is not supported"))
+    return node
+
+
+def projection_item(item: exp.Expression, qualifiers: frozenset[str] = frozenset()) -> SelectItem:
+    inner = item.unalias()
+    column = column_name(inner, qualifiers)
+    if isinstance(item, exp.Alias):
+        name = item.alias
+    elif column is not None:
+        name = inner.name  # Spark names a column, qualified or not, by itself
+    else:
+        raise NotEligible(f"expression {item.sql(dialect=DIALECT)} needs an output name (AS <name>)")
+    return SelectItem(name.lower(), inner.sql(dialect=DIALECT), column)
+
+
+def aggregate_plan(
+    select: exp.Select, base_table: str, where_sql: str | None, qualifiers: frozenset[str] = frozenset()
+) -> FastRefreshPlan:
+    """``qualifiers``: the names a join reads its tables by; columns are then named ``q.column``."""
+    group = select.args.get("group")
+    group_by: list[str] = []
+    if group is not None:
+        if any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup", "totals", "all")):
+            raise NotEligible("GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported")
+        for key in group.expressions:
+            key_name = column_name(key, qualifiers)
+            if key_name is None:
+                raise NotEligible(f"GROUP BY must list plain columns, found {key.sql(dialect=DIALECT)}")
+            group_by.append(key_name)
+    items: list[SelectItem] = []
+    aggregates: list[AggregateItem] = []
+    for item in select.expressions:
+        inner = item.unalias()
+        if isinstance(inner, exp.Column):
+            if column_name(inner, qualifiers) not in group_by:
+                raise NotEligible(f"column {inner.sql(dialect=DIALECT)} is neither grouped nor aggregated")
+            items.append(projection_item(item, qualifiers))
+            continue
+        aggregate = aggregate_item(item, inner, qualifiers)
+        aggregates.append(aggregate)
+        items.append(SelectItem(aggregate.name, inner.sql(dialect=DIALECT), None))
+    selected = {i.column for i in items if i.column is not None}
+    for key_name in group_by:
+        if key_name not in selected:
+            raise NotEligible(f"GROUP BY column {key_name} must also be selected")
+    check_unique(items)
+    return FastRefreshPlan(
+        "aggregate", base_table, tuple(group_by), tuple(items), tuple(aggregates), where_sql
+    )
+
+
+def aggregate_item(item: exp.Expression, inner: exp.Expression, qualifiers: frozenset[str]) -> AggregateItem:
+    call = aggregate_call(inner, qualifiers)
+    if call is None:
+        raise NotEligible(
+            f"{item.sql(dialect=DIALECT)} is not supported; select GROUP BY columns and "
+            "SUM, COUNT, AVG, MIN or MAX of a plain column"
+        )
+    function, column = call
+    if not isinstance(item, exp.Alias):
+        raise NotEligible(f"aggregate {inner.sql(dialect=DIALECT)} needs an output name (AS <name>)")
+    return AggregateItem(function, column, item.alias.lower(), function in ("MIN", "MAX"))
+
+
+def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None] | None:
+    """(function, column) of SUM/COUNT/AVG/MIN/MAX of a plain column (column None: COUNT(*) or
+    COUNT(1)); None for any other function; NotEligible for another argument."""
+    function = AGGREGATES.get(type(inner))
+    if function is None:
+        return None
+    argument = inner.this
+    column: str | None
+    if column_name(argument, qualifiers) is not None:
+        column = column_name(argument, qualifiers)
+    elif function == "COUNT" and (
+        isinstance(argument, exp.Star) or (isinstance(argument, exp.Literal) and not argument.is_string)
+    ):
+        column = None  # COUNT(*) and the COUNT(1) idiom count rows
+    elif isinstance(argument, exp.Distinct):
+        raise NotEligible(f"{function}(DISTINCT ...) is not supported")
+    else:
+        raise NotEligible(f"the argument of {inner.sql(dialect=DIALECT)} must be a plain column")
+    if inner.expressions:
+        raise NotEligible(f"{inner.sql(dialect=DIALECT)} takes extra arguments; not supported")
+    return function, column
+
+
+def column_name(node: exp.Expr, qualifiers: frozenset[str] = frozenset()) -> str | None:
+    """The lower-case name when ``node`` is a plain column reference: unqualified, or (in a join)
+    qualified by one of ``qualifiers``, then named ``qualifier.column``."""
+    if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier) or node.args.get("db"):
+        return None
+    if not node.table:
+        return node.name.lower()
+    if node.table.lower() in qualifiers:
+        return f"{node.table.lower()}.{node.name.lower()}"
+    return None
+
+
+def check_unique(items: tuple[SelectItem, ...] | list[SelectItem]) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if item.name in seen:
+            raise NotEligible(f"output column name {item.name} is used twice")
+        seen.add(item.name)
