@@ -8,7 +8,7 @@ plans its source several times re-reads no change data and rebuilds no time-trav
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
 # The most rows one frame holds on the driver; beyond it the frame is kept on the executors instead
 # (``localCheckpoint``), so the worker's memory bounds no change size (a bulk load, a backfill).
@@ -31,6 +31,15 @@ def hold_counted(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, in
         return checkpoint, checkpoint.count()
     local = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
     return DataFrame(local, session), int(rows.size())
+
+
+def local_rows(frame: DataFrame) -> list[Row] | None:
+    """The rows of ``frame`` when it is only projections and filters of rows held on the driver: no
+    Spark job (the optimizer folds them into a local relation). None otherwise (held on executors)."""
+    plan = frame._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+    if plan.getClass().getSimpleName() != "LocalRelation":
+        return None
+    return frame.collect()
 
 
 def rebind(frame: DataFrame, session: SparkSession) -> DataFrame:

@@ -28,6 +28,7 @@ from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 
 from workers.ddl.fast import FastRefreshPlan
 from workers.jobs import aggregate_values as values_of
+from workers.jobs import held
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
     NEG,
@@ -54,6 +55,7 @@ from workers.jobs.incremental_apply import (
     MergeSpec,
     Scope,
     col,
+    narrowed_by_values,
     null_safe,
     q,
     signed,
@@ -119,10 +121,9 @@ def aggregate_merge(
     deltas = deltas_of(aggs, tracked, passes)
     delta = scope.in_memory(signed(changes).groupBy(*keyed).agg(*deltas))  # the one pass over the changes
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
-    # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
-    touched = mv.alias("m").join(
-        F.broadcast(delta).alias("d"), null_safe("m", "d", [(m, k) for k, m in dkeys]), "left_semi"
-    )
+    # Only the MV rows of changed groups: a filter on their key values, or a semi-join against the
+    # small delta (broadcast). Either way the MV is never shuffled whole.
+    touched = _of_groups(mv, [(m, k) for k, m in dkeys], delta)
     marked = touched.withColumn(PRESENT, F.lit(True))
     joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
@@ -136,10 +137,7 @@ def aggregate_merge(
         skeys = [(k, k) for k, _ in dkeys]
         kept = state.read(layout)
         if kept is not None:  # the state of the changed groups, plus the deltas
-            held = kept.alias("o").join(
-                F.broadcast(delta).alias("b"), null_safe("o", "b", skeys), "left_semi"
-            )
-            held = held.withColumn(IN_STATE, F.lit(True)).alias("st")
+            held = _of_groups(kept, skeys, delta).withColumn(IN_STATE, F.lit(True)).alias("st")
             joined = joined.join(held, null_safe("d", "st", skeys), "left")
             new = state_columns(tracked, "st", "d")
             note = f", state kept in {state.table}"
@@ -237,21 +235,13 @@ def aggregate_merge(
     row_counts = [d(ROWS).alias(ROWS), d(ALL_ROWS).alias(ALL_ROWS)]
     state_keys = [d(k).alias(k) for k, _ in dkeys] if use_state else []
     state_values = [c.alias(f"{_P}new_{name}") for name, c in new.items()]
-    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it).
+    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it; the narrowed
+    # sides are joined to the delta in the same job, no broadcast job each).
     decided = scope.in_memory(
-        joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values)
+        joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values),
+        shuffled_joins=True,
     )
-    # A group no change row passing the WHERE reached is untouched (a global aggregate yields its one
-    # group even for no rows). One aggregate, not the rows: served from the driver when held there.
-    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
-    stats = decided.agg(
-        F.sum(F.coalesce(F.col(ALL_ROWS), F.lit(0))).alias("change_rows"),
-        F.sum(F.when(reached, 1).otherwise(0)).alias("groups"),
-        F.sum(F.when(reached & F.col(RECOMPUTE), 1).otherwise(0)).alias("recomputed"),
-    ).collect()[0]
-    change_rows = int(stats["change_rows"] or 0)
-    total_groups = int(stats["groups"] or 0)
-    recomputed = int(stats["recomputed"] or 0)
+    change_rows, total_groups, recomputed = _counts(decided)
     decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     if state is not None and use_state and write is None:
         write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
@@ -272,6 +262,35 @@ def aggregate_merge(
     )
     summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
     return Change("keyed merge", change_rows, summary, merge=merge, state=write)
+
+
+def _of_groups(frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame) -> DataFrame:
+    """The rows of ``frame`` (the MV, or its state) of the groups ``delta`` lists, or a superset:
+    pairs are (column of ``frame``, key column of ``delta``), matched NULL-safely."""
+    found = narrowed_by_values(frame, pairs, delta)
+    if found is not None:
+        return found
+    return frame.alias("o").join(F.broadcast(delta).alias("b"), null_safe("o", "b", pairs), "left_semi")
+
+
+def _counts(decided: DataFrame) -> tuple[int, int, int]:
+    """(change rows, groups changed, groups to recompute) of the held ``decided`` rows. A group no
+    change row passing the WHERE reached is untouched (a global aggregate yields its one group even for
+    no rows). Summed from the rows when they are on the driver (no job), else one aggregate."""
+    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
+    local = held.local_rows(decided.select(F.coalesce(F.col(ALL_ROWS), F.lit(0)), reached, RECOMPUTE))
+    if local is not None:
+        return (
+            sum(int(row[0]) for row in local),
+            sum(1 for row in local if row[1]),
+            sum(1 for row in local if row[1] and row[2]),
+        )
+    stats = decided.agg(
+        F.sum(F.coalesce(F.col(ALL_ROWS), F.lit(0))).alias("change_rows"),
+        F.sum(F.when(reached, 1).otherwise(0)).alias("groups"),
+        F.sum(F.when(reached & F.col(RECOMPUTE), 1).otherwise(0)).alias("recomputed"),
+    ).collect()[0]
+    return int(stats["change_rows"] or 0), int(stats["groups"] or 0), int(stats["recomputed"] or 0)
 
 
 def _recomputed(
