@@ -276,21 +276,13 @@ def _of_groups(frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame)
 def _counts(decided: DataFrame) -> tuple[int, int, int]:
     """(change rows, groups changed, groups to recompute) of the held ``decided`` rows. A group no
     change row passing the WHERE reached is untouched (a global aggregate yields its one group even for
-    no rows). Summed from the rows when they are on the driver (no job), else one aggregate."""
+    no rows)."""
     reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
-    local = held.local_rows(decided.select(F.coalesce(F.col(ALL_ROWS), F.lit(0)), reached, RECOMPUTE))
-    if local is not None:
-        return (
-            sum(int(row[0]) for row in local),
-            sum(1 for row in local if row[1]),
-            sum(1 for row in local if row[1] and row[2]),
-        )
-    stats = decided.agg(
-        F.sum(F.coalesce(F.col(ALL_ROWS), F.lit(0))).alias("change_rows"),
-        F.sum(F.when(reached, 1).otherwise(0)).alias("groups"),
-        F.sum(F.when(reached & F.col(RECOMPUTE), 1).otherwise(0)).alias("recomputed"),
-    ).collect()[0]
-    return int(stats["change_rows"] or 0), int(stats["groups"] or 0), int(stats["recomputed"] or 0)
+    one = F.lit(1)
+    rows, groups, recomputed = held.sums(
+        decided, F.col(ALL_ROWS), F.when(reached, one), F.when(reached & F.col(RECOMPUTE), one)
+    )
+    return rows, groups, recomputed
 
 
 def _recomputed(

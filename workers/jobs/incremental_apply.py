@@ -236,7 +236,7 @@ def projection_change(
     net = net.where(~F.col(tally)).drop(tally)
     shrinking = net.where(F.col(NET) < 0)
     if not shrinking.limit(1).collect():
-        added = net.select(F.sum(NET)).collect()[0][0] or 0
+        (added,) = held.sums(net, F.col(NET))
         return Change("append", change_rows, f"{added} rows added", appended=_copies(net, cols, NET))
     pairs = [(c, c) for c in cols]
     old = (
@@ -253,15 +253,12 @@ def projection_change(
     )
     growing = net.where(F.col(NET) > 0).select(*keyed, F.col(NET).alias(NEW)).withColumn(OP, F.lit("add"))
     changed = scope.in_memory(rewritten.unionByName(growing))  # the MV rows of shrinking output rows
-    # One aggregate, not the rows: served from the driver when ``changed`` is held there.
-    totals = changed.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(F.col(OP) == "rewrite", 1).otherwise(0)).alias("rewrites"),
-        F.sum(F.when(F.col(NEW) < 0, 1).otherwise(0)).alias("negative"),
-    ).collect()[0]
-    if totals["negative"]:
+    one = F.lit(1)
+    distinct_rows, rewrites, negative = held.sums(
+        changed, one, F.when(F.col(OP) == "rewrite", one), F.when(F.col(NEW) < 0, one)
+    )
+    if negative:
         raise Inconsistent("the MV holds fewer copies of a row than the change data deletes")
-    distinct_rows, rewrites = totals["rows"], totals["rewrites"] or 0
     markers = changed.where(F.col(OP) == "rewrite").select(*keyed).withColumn(OP, F.lit("del"))
     copies = _copies(changed, cols, NEW).withColumn(OP, F.lit("ins"))
     merge = MergeSpec(
