@@ -87,13 +87,15 @@ def among(column: Column, values: set[object], dtype: DataType) -> Column:
 
 
 def narrowed_by_values(
-    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int = KEY_FILTER_LIMIT
+    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int | None = None
 ) -> DataFrame | None:
     """``frame`` filtered to the rows whose column ``f`` is among ``keys``' values of ``k`` (NULL too),
     for every pair ``(f, k)``: a superset of the rows NULL-safely equal to a row of ``keys``, read
     with a filter Delta skips files by (min/max statistics) instead of a broadcast semi-join (a job).
     None when a column's type is not one literals keep exactly, or ``keys`` has more than ``limit``
-    rows. ``keys`` is meant to be held on the driver (its values then come back without a job)."""
+    rows (default ``KEY_FILTER_LIMIT``). ``keys`` is meant to be held on the driver (its values then
+    come back without a job)."""
+    limit = KEY_FILTER_LIMIT if limit is None else limit
     mine = {f.name: f.dataType for f in frame.schema.fields}
     theirs = {f.name: f.dataType for f in keys.schema.fields}
     for f, k in pairs:

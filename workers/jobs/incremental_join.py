@@ -169,13 +169,9 @@ def _narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
-    mine = F.col(apply.q(target.name))
-    key_type = wanted.schema.fields[0].dataType
-    if key_type == target.dataType and isinstance(key_type, apply.LITERAL_TYPES):
-        # Held frames serve this from the driver (no job); at most the limit's rows come back.
-        found = wanted.limit(KEY_FILTER_LIMIT + 1).collect()
-        if len(found) <= KEY_FILTER_LIMIT:
-            return frame.where(apply.among(mine, {r[0] for r in found}, key_type))
+    found = apply.narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
+    if found is not None:
+        return found
     same = apply.col("f", target.name).eqNullSafe if nulls else apply.col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")
