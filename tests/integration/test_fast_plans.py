@@ -29,10 +29,10 @@ AGGREGATE = (
 def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each plan twice: its small frames held on the driver, and spilled to the executors as a large
     change set's are (``Scope.in_memory`` past ``held.DRIVER_ROWS_LIMIT``; the changed groups' MV
-    rows then found by a semi-join, past ``KEY_FILTER_LIMIT``, not by a filter on their keys)."""
+    rows then found by a semi-join, past ``GROUP_FILTER_LIMIT``, not by a filter on their keys)."""
     if request.param == "on the executors":
         monkeypatch.setattr(held_frames, "DRIVER_ROWS_LIMIT", 0)
-        monkeypatch.setattr(incremental_apply, "KEY_FILTER_LIMIT", 0)
+        monkeypatch.setattr(incremental_apply, "GROUP_FILTER_LIMIT", 0)
     return str(request.param)
 
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 from workers.ddl.fast import FastRefreshPlan
 from workers.jobs import aggregate_values as values_of
 from workers.jobs import held
+from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
     NEG,
@@ -267,7 +268,7 @@ def aggregate_merge(
 def _of_groups(frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame) -> DataFrame:
     """The rows of ``frame`` (the MV, or its state) of the groups ``delta`` lists, or a superset:
     pairs are (column of ``frame``, key column of ``delta``), matched NULL-safely."""
-    found = narrowed_by_values(frame, pairs, delta)
+    found = narrowed_by_values(frame, pairs, delta, apply.GROUP_FILTER_LIMIT)
     if found is not None:
         return found
     return frame.alias("o").join(F.broadcast(delta).alias("b"), null_safe("o", "b", pairs), "left_semi")

@@ -53,8 +53,10 @@ _P = "__mvs_"  # prefix of helper columns; never reaches the MV table
 SIGN, NET, NEW, OLD = f"{_P}sign", f"{_P}net", f"{_P}new", f"{_P}old"
 OP, PRESENT, RECOMPUTE = f"{_P}op", f"{_P}present", f"{_P}recompute"
 ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
-# The most distinct key values pushed into a read as a filter; more are a semi-join instead.
-KEY_FILTER_LIMIT = 1000
+# The most changed groups whose MV rows are read by a filter on their key values; more are found by
+# a semi-join instead. A long IN list costs more to plan and run than the broadcast it saves
+# (bench.fast_vs_complete, 1,000 groups: 1.3-3 s slower than the semi-join; 1 group: 2-3 jobs fewer).
+GROUP_FILTER_LIMIT = 50
 # Key types whose values survive the trip through the driver exactly as literals.
 LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
 # Without it, every join of a run's small frames is a broadcast: a Spark job of its own per side.
@@ -87,15 +89,13 @@ def among(column: Column, values: set[object], dtype: DataType) -> Column:
 
 
 def narrowed_by_values(
-    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int | None = None
+    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int
 ) -> DataFrame | None:
     """``frame`` filtered to the rows whose column ``f`` is among ``keys``' values of ``k`` (NULL too),
     for every pair ``(f, k)``: a superset of the rows NULL-safely equal to a row of ``keys``, read
     with a filter Delta skips files by (min/max statistics) instead of a broadcast semi-join (a job).
     None when a column's type is not one literals keep exactly, or ``keys`` has more than ``limit``
-    rows (default ``KEY_FILTER_LIMIT``). ``keys`` is meant to be held on the driver (its values then
-    come back without a job)."""
-    limit = KEY_FILTER_LIMIT if limit is None else limit
+    rows. ``keys`` is meant to be held on the driver (its values then come back without a job)."""
     mine = {f.name: f.dataType for f in frame.schema.fields}
     theirs = {f.name: f.dataType for f in keys.schema.fields}
     for f, k in pairs:

@@ -39,7 +39,7 @@ from workers.jobs.refresh import read_at, run_query
 from workers.worker.request import RunRequest
 
 # The most distinct key values pushed into a read as a filter; more are a semi-join instead.
-KEY_FILTER_LIMIT = apply.KEY_FILTER_LIMIT
+KEY_FILTER_LIMIT = 1000
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 _KEY = "__mvs_key"  # a helper column (incremental_apply's prefix): never reaches the MV
 
