@@ -13,7 +13,10 @@ Then N MVs on one base (``--fanout`` MVs, at the largest base and 0.1 % changes)
 read once and shared (``workers.jobs.changes``) vs read by each MV (the sharing turned off).
 
     .venv/bin/python -m bench.fast_vs_complete [--rows 1000000,10000000] [--changes 1,0.0001,0.001,0.01]
-        [--shapes aggregate,projection,join] [--rounds 3] [--complete-rounds 1] [--fanout 4]
+        [--shapes aggregate,projection,join] [--rounds 3] [--complete-rounds 1] [--fanout 4] [--profile]
+
+``--profile`` also prints, per change size, where each MV's last FAST run spent its Spark jobs and
+their time, step by step (``workers.jobs.run_stats.step_profile``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from bench.common import mv_task, percentile, print_table
 from workers.config import Settings
 from workers.jobs import changes
 from workers.jobs.mvlog import create_mv_log
-from workers.jobs.run_stats import RunStats, group_stats
+from workers.jobs.run_stats import RunStats, group_stats, step_profile
 from workers.jobs.session import get_spark
 from workers.warehouse import table_path
 from workers.worker.runner import SparkRunner
@@ -66,6 +69,7 @@ class Bench:
         self.runner = SparkRunner(self.settings)
         self.next_id = rows
         self.edited = 0  # rows of the original range updated or deleted so far
+        self.groups: dict[str, str] = {}  # MV name -> job group of its latest refresh
         spark, path = self.spark, self.path
         spark.range(rows).selectExpr(
             "id", f"id % {CUSTOMERS} AS customer", "(id * 7919) % 1000 AS amount"
@@ -94,6 +98,7 @@ class Bench:
         result = self.runner.refresh(task, run_id=run_id, job_group=group)
         elapsed = (time.perf_counter() - started) * 1000
         assert result.state == "COMPLETED", result
+        self.groups[task["name"]] = group
         stats, read = group_stats(self.spark, group), group_stats(self.spark, group, step=READ_STEP)
         return elapsed, stats, read, result.message or ""
 
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fanout", type=int, default=4, help="MVs on one base sharing a change read (0: skip)"
     )
+    parser.add_argument("--profile", action="store_true", help="print each FAST run's jobs and time by step")
     args = parser.parse_args(argv)
     sizes = [int(r) for r in args.rows.split(",")]
     shapes = args.shapes.split(",")
@@ -210,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {base_rows:,} rows, {_label(spec)} changed: "
                 + ", ".join(f"{r[2]} {r[5]}" for r in rows[-len(shapes) :])
             )
+            if args.profile:
+                _print_profile(bench, shapes, f"{base_rows:,} rows, {_label(spec)} changed")
         unequal = [s for s in shapes if not bench.equal(f"{s}_fast", f"{s}_complete")]
         assert not unequal, f"FAST MVs differ from their COMPLETE twins at {base_rows:,} rows: {unequal}"
     figures["growth_10x"] = _growth(fast_ms, sizes, shapes)
@@ -238,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         figures["fanout"] = _fanout(bench, args.fanout, _size("0.001", bench.rows))
     print(json.dumps(figures, sort_keys=True))
     return 0
+
+
+def _print_profile(bench: Bench, shapes: list[str], what: str) -> None:
+    """Each shape's last FAST run, step by step: Spark jobs and their summed time."""
+    table_rows: list[list[object]] = []
+    for shape in shapes:
+        for step, (jobs, ms) in step_profile(bench.spark, bench.groups[f"{shape}_fast"]).items():
+            table_rows.append([shape, step, jobs, f"{ms:.0f}"])
+    print_table(f"where the last FAST runs went, {what}", ["MV", "step", "Spark jobs", "job ms"], table_rows)
 
 
 def _growth(

@@ -37,6 +37,7 @@ from workers.jobs import deltalog
 from workers.jobs.incremental_apply import MergeSpec
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
+    MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
@@ -93,7 +94,12 @@ class StateStore:
             )
             if not mine:
                 return None
-            reader = self.session.read.format("delta").option("versionAsOf", commit.version)
+            reader = self.session.read.format("delta")
+            if commit.version != deltalog.current_version(self.session, self.settings, self.table):
+                reader = reader.option("versionAsOf", commit.version)
+            # The newest version is read as such: the snapshot the run's state MERGE uses (a time
+            # travel to it would load the same state a second time). Only a newer epoch can commit
+            # after it (the fence), and then Delta skips this run's commits.
             return reader.load(warehouse.table_path(self.settings, self.table))
         return None
 
@@ -139,7 +145,13 @@ class StateStore:
             )
             return
         spec = write.merge
-        confs = {_TXN_APP_ID: task_id, _TXN_VERSION: txn, _USER_METADATA: metadata}
+        # The source is the run's held rows (``incremental_aggregate``): no copy of it is needed.
+        confs = {
+            _TXN_APP_ID: task_id,
+            _TXN_VERSION: txn,
+            _USER_METADATA: metadata,
+            MATERIALIZE_SOURCE_CONF: "none",
+        }
         for key, value in confs.items():
             self.session.conf.set(key, value)
         try:

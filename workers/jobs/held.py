@@ -8,7 +8,8 @@ plans its source several times re-reads no change data and rebuilds no time-trav
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 # The most rows one frame holds on the driver; beyond it the frame is kept on the executors instead
 # (``localCheckpoint``), so the worker's memory bounds no change size (a bulk load, a backfill).
@@ -31,6 +32,19 @@ def hold_counted(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, in
         return checkpoint, checkpoint.count()
     local = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
     return DataFrame(local, session), int(rows.size())
+
+
+def sums(frame: DataFrame, *values: Column) -> list[int]:
+    """The sum of each of the integer ``values`` over ``frame``'s rows (0 for none). Counted on the
+    driver when ``frame`` is projections and filters of rows held there (the optimizer folds them into
+    a local relation: no Spark job), else by one aggregate."""
+    projected = frame.select(*[F.coalesce(v.cast("long"), F.lit(0)) for v in values])
+    plan = projected._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+    if plan.getClass().getSimpleName() == "LocalRelation":
+        rows = projected.collect()
+        return [sum(int(row[i]) for row in rows) for i in range(len(values))]
+    found = projected.agg(*[F.sum(c) for c in projected.columns]).collect()[0]
+    return [int(v or 0) for v in found]
 
 
 def rebind(frame: DataFrame, session: SparkSession) -> DataFrame:

@@ -45,6 +45,7 @@ from workers.jobs.incremental_having import having_change
 from workers.jobs.incremental_union import union_change
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
+    MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
@@ -59,9 +60,8 @@ __all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incrementa
 
 _TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 _COMMIT_CONFS = frozenset({_TXN_APP_ID, _TXN_VERSION, _USER_METADATA})
-_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 _MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
-_MERGE_CONFS = _COMMIT_CONFS | {_MERGE_DELETION_VECTORS}
+_MERGE_CONFS = _COMMIT_CONFS | {_MERGE_DELETION_VECTORS, MATERIALIZE_SOURCE_CONF}
 # Average MV data file size from which a MERGE marks replaced rows in deletion vectors instead of
 # rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
 # ~8 more Spark jobs per MERGE), of large files far dearer (cost of the table, not of the change).
@@ -316,7 +316,7 @@ def _apply(
         )
         return change.change_rows, detail
     # The source is held on the driver (``Scope.in_memory``): deterministic, no lineage to Delta.
-    session.conf.set(_MATERIALIZE_SOURCE, "none")
+    session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
     session.conf.set(_TXN_APP_ID, task_id)
     session.conf.set(_TXN_VERSION, version)
     session.conf.set(_USER_METADATA, metadata)

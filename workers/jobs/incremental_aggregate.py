@@ -28,6 +28,8 @@ from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 
 from workers.ddl.fast import FastRefreshPlan
 from workers.jobs import aggregate_values as values_of
+from workers.jobs import held
+from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
     NEG,
@@ -54,6 +56,7 @@ from workers.jobs.incremental_apply import (
     MergeSpec,
     Scope,
     col,
+    narrowed_by_values,
     null_safe,
     q,
     signed,
@@ -119,10 +122,9 @@ def aggregate_merge(
     deltas = deltas_of(aggs, tracked, passes)
     delta = scope.in_memory(signed(changes).groupBy(*keyed).agg(*deltas))  # the one pass over the changes
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
-    # Only the MV rows of changed groups (semi-join against the small delta: the MV is never shuffled).
-    touched = mv.alias("m").join(
-        F.broadcast(delta).alias("d"), null_safe("m", "d", [(m, k) for k, m in dkeys]), "left_semi"
-    )
+    # Only the MV rows of changed groups: a filter on their key values, or a semi-join against the
+    # small delta (broadcast). Either way the MV is never shuffled whole.
+    touched = _of_groups(mv, [(m, k) for k, m in dkeys], delta)
     marked = touched.withColumn(PRESENT, F.lit(True))
     joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
@@ -136,10 +138,7 @@ def aggregate_merge(
         skeys = [(k, k) for k, _ in dkeys]
         kept = state.read(layout)
         if kept is not None:  # the state of the changed groups, plus the deltas
-            held = kept.alias("o").join(
-                F.broadcast(delta).alias("b"), null_safe("o", "b", skeys), "left_semi"
-            )
-            held = held.withColumn(IN_STATE, F.lit(True)).alias("st")
+            held = _of_groups(kept, skeys, delta).withColumn(IN_STATE, F.lit(True)).alias("st")
             joined = joined.join(held, null_safe("d", "st", skeys), "left")
             new = state_columns(tracked, "st", "d")
             note = f", state kept in {state.table}"
@@ -237,21 +236,13 @@ def aggregate_merge(
     row_counts = [d(ROWS).alias(ROWS), d(ALL_ROWS).alias(ALL_ROWS)]
     state_keys = [d(k).alias(k) for k, _ in dkeys] if use_state else []
     state_values = [c.alias(f"{_P}new_{name}") for name, c in new.items()]
-    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it).
+    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it; the narrowed
+    # sides are joined to the delta in the same job, no broadcast job each).
     decided = scope.in_memory(
-        joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values)
+        joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values),
+        shuffled_joins=True,
     )
-    # A group no change row passing the WHERE reached is untouched (a global aggregate yields its one
-    # group even for no rows). One aggregate, not the rows: served from the driver when held there.
-    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
-    stats = decided.agg(
-        F.sum(F.coalesce(F.col(ALL_ROWS), F.lit(0))).alias("change_rows"),
-        F.sum(F.when(reached, 1).otherwise(0)).alias("groups"),
-        F.sum(F.when(reached & F.col(RECOMPUTE), 1).otherwise(0)).alias("recomputed"),
-    ).collect()[0]
-    change_rows = int(stats["change_rows"] or 0)
-    total_groups = int(stats["groups"] or 0)
-    recomputed = int(stats["recomputed"] or 0)
+    change_rows, total_groups, recomputed = _counts(decided)
     decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
     if state is not None and use_state and write is None:
         write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
@@ -272,6 +263,27 @@ def aggregate_merge(
     )
     summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
     return Change("keyed merge", change_rows, summary, merge=merge, state=write)
+
+
+def _of_groups(frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame) -> DataFrame:
+    """The rows of ``frame`` (the MV, or its state) of the groups ``delta`` lists, or a superset:
+    pairs are (column of ``frame``, key column of ``delta``), matched NULL-safely."""
+    found = narrowed_by_values(frame, pairs, delta, apply.GROUP_FILTER_LIMIT)
+    if found is not None:
+        return found
+    return frame.alias("o").join(F.broadcast(delta).alias("b"), null_safe("o", "b", pairs), "left_semi")
+
+
+def _counts(decided: DataFrame) -> tuple[int, int, int]:
+    """(change rows, groups changed, groups to recompute) of the held ``decided`` rows. A group no
+    change row passing the WHERE reached is untouched (a global aggregate yields its one group even for
+    no rows)."""
+    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
+    one = F.lit(1)
+    rows, groups, recomputed = held.sums(
+        decided, F.col(ALL_ROWS), F.when(reached, one), F.when(reached & F.col(RECOMPUTE), one)
+    )
+    return rows, groups, recomputed
 
 
 def _recomputed(

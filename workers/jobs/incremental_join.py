@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
 
 from workers import warehouse
 from workers.ddl.plan import FastRefreshPlan
@@ -43,8 +42,6 @@ from workers.worker.request import RunRequest
 KEY_FILTER_LIMIT = 1000
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 _KEY = "__mvs_key"  # a helper column (incremental_apply's prefix): never reaches the MV
-# Key types whose values survive the trip through the driver exactly as literals.
-_LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
 
 Ranges = Mapping[str, tuple[int, int]]
 Tables = dict[str, DataFrame]
@@ -172,20 +169,9 @@ def _narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
-    mine = F.col(apply.q(target.name))
-    key_type = wanted.schema.fields[0].dataType
-    if key_type == target.dataType and isinstance(key_type, _LITERAL_TYPES):
-        # Held frames serve this from the driver (no job); at most the limit's rows come back.
-        found = wanted.limit(KEY_FILTER_LIMIT + 1).collect()
-        if len(found) <= KEY_FILTER_LIMIT:
-            return frame.where(_among(mine, {r[0] for r in found}, key_type))
+    found = apply.narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
+    if found is not None:
+        return found
     same = apply.col("f", target.name).eqNullSafe if nulls else apply.col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")
-
-
-def _among(column: Column, values: set[object], dtype: DataType) -> Column:
-    """``column IN (values)``, typed as the key column, and ``OR column IS NULL`` for a NULL value."""
-    present = [F.lit(v).cast(dtype) for v in values if v is not None]
-    found = column.isin(present) if present else F.lit(False)
-    return found | column.isNull() if None in values else found

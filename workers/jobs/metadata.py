@@ -20,6 +20,9 @@ EPOCH_SHIFT = 2**32
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+# How a MERGE treats its source: "none" (not copied first, one Spark job less) is right for sources held
+# on the driver or checkpointed (``workers.jobs.held``): deterministic, no lineage back to Delta.
+MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ actions alike), from Spark's status store; it keeps the latest ``spark.ui.retain
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -51,3 +52,27 @@ def _description(spark: SparkSession, job_id: int) -> str:
     except Exception:  # noqa: BLE001 - evicted from the store
         return ""
     return str(described.get()) if described.isDefined() else ""
+
+
+# The steps a FAST run names in its job descriptions (``workers.jobs.incremental._step``).
+_STEP = re.compile(
+    r"read the change rows|compute the change to the MV|commit the helper state|commit \([^)]*\)"
+)
+
+
+def step_profile(spark: SparkSession, group: str) -> dict[str, tuple[int, float]]:
+    """Where a run's time went: per step (named in its jobs' descriptions; "other" for jobs before the
+    first step, e.g. planning reads), its Spark jobs and their summed wall time in ms."""
+    store = spark.sparkContext._jsc.sc().statusStore()  # noqa: SLF001
+    profile: dict[str, tuple[int, float]] = {}
+    for job_id in spark_job_ids(spark, group):
+        found = _STEP.search(_description(spark, job_id))
+        step = found.group(0) if found else "other"
+        try:
+            job = store.job(job_id)
+            ms = float(job.completionTime().get().getTime() - job.submissionTime().get().getTime())
+        except Exception:  # noqa: BLE001 - evicted, or still running: counted without its time
+            ms = 0.0
+        jobs, total = profile.get(step, (0, 0.0))
+        profile[step] = (jobs + 1, total + ms)
+    return profile
