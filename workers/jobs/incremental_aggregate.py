@@ -53,9 +53,9 @@ from workers.jobs.incremental_apply import (
     RECOMPUTE,
     ROWS,
     Change,
-    MergeSpec,
     Scope,
     col,
+    keyed_upsert,
     narrowed_by_values,
     null_safe,
     q,
@@ -251,16 +251,7 @@ def aggregate_merge(
     if recomputed:  # the base at v, restricted to those groups, read once
         fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
         source = scope.in_memory(source.unionByName(fresh))
-    mv_keys = [(m, m) for _, m in join_keys]
-    others = [f.name for f in mv.schema.fields if f.name not in {m for _, m in join_keys}]
-    merge = MergeSpec(
-        source=source,
-        condition=null_safe("t", "s", mv_keys),
-        delete_when=F.col(f"s.{OP}") == "delete",
-        update_set={q(c): col("s", c) for c in others},
-        insert_when=F.col(f"s.{OP}") == "upsert",
-        insert_values={q(f.name): col("s", f.name) for f in mv.schema.fields},
-    )
+    merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema)
     summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
     return Change("keyed merge", change_rows, summary, merge=merge, state=write)
 

@@ -177,6 +177,20 @@ class MergeSpec:
     insert_values: dict[str, str | Column]
 
 
+def keyed_upsert(source: DataFrame, keys: list[str], schema: StructType) -> MergeSpec:
+    """The MERGE of MV rows keyed by ``keys`` (NULL-safe): each source row's ``OP`` says whether its
+    key's row is deleted or upserted (updated when present, else inserted)."""
+    others = [f.name for f in schema.fields if f.name not in keys]
+    return MergeSpec(
+        source=source,
+        condition=null_safe("t", "s", [(k, k) for k in keys]),
+        delete_when=F.col(f"s.{OP}") == "delete",
+        update_set={q(c): col("s", c) for c in others},
+        insert_when=F.col(f"s.{OP}") == "upsert",
+        insert_values={q(f.name): col("s", f.name) for f in schema.fields},
+    )
+
+
 @dataclass(frozen=True)
 class Change:
     """What one run commits, by the plan named ``plan``: ``merge`` applied, else ``appended`` appended;

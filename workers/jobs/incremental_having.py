@@ -27,9 +27,9 @@ from workers.jobs.incremental_apply import (
     PRESENT,
     ROWS,
     Change,
-    MergeSpec,
     Scope,
     col,
+    keyed_upsert,
     null_safe,
     q,
 )
@@ -79,15 +79,7 @@ def having_change(
         )
     )
     kept = source.where(F.col(OP) == "upsert").count()  # served from the driver
-    others = [f.name for f in mv.schema.fields if f.name not in keys]
-    merge = MergeSpec(
-        source=source,
-        condition=null_safe("t", "s", pairs),
-        delete_when=F.col(f"s.{OP}") == "delete",
-        update_set={q(c): col("s", c) for c in others},
-        insert_when=F.col(f"s.{OP}") == "upsert",
-        insert_values={q(f.name): col("s", f.name) for f in mv.schema.fields},
-    )
+    merge = keyed_upsert(source, keys, mv.schema)
     summary = (
         f"{groups} groups changed, {groups} recomputed from the base: "
         f"{kept} pass HAVING, {groups - kept} do not"
