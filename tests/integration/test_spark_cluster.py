@@ -3,10 +3,14 @@ and worker started from PySpark's own distribution (``workers.embedded.spark_clu
 
 A real ``mvs worker`` process is the driver; its executors run on the cluster's worker (one core), and
 the Delta jars reach them through ``spark.jars``. A COMPLETE and a FAST refresh keep their MVs equal
-to their queries; then a long refresh is cancelled from mvs (its job group, interruptOnCancel), and the
-executor is free again: the next refresh runs on the same single core. (Whether the executor's own
-log shows the task killed is not asserted: the slow query's tasks did not always reach the executor
-before the cancel — see the issue 11 note.)
+to their queries. Then a refresh that would run for minutes is cancelled from mvs while its task is
+running on the executor: the executor kills that task for the run's job group (interruptOnCancel), no
+other task of it starts, and the executor is free again: the next refresh runs on the same single core.
+
+A run is RUNNING (its record published) before its first Spark job: it pins the base versions, reads the
+MV's watermark and plans first. A cancel sent then stops the run at its next step without any task ever
+reaching the executor — correct, but it proves nothing about executors. So the test waits until the
+executor's own log shows the run's scan task started and not ended, and only then cancels.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster import wait_until
-from tests.integration.fleet import BIG_ROWS, BIG_SCHEMA, SLOW_QUERY, Harness, big_rows, step
+from tests.integration.executor_tasks import ExecutorTask, executor_tasks
+from tests.integration.fleet import BIG_ROWS, BIG_SCHEMA, Harness, big_rows, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.config import Settings
@@ -31,6 +36,14 @@ pytestmark = pytest.mark.integration
 
 BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
 BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
+# Minutes of work: a million generated rows per row of big, counted. The rows are generated after a
+# shuffle (DISTRIBUTE BY), whose reader checks for a kill before each row: generated in the scan stage,
+# a whole batch of big's rows (billions of generated rows) would run before the task noticed a kill.
+ENDLESS = (
+    "SELECT k, count(*) AS n FROM (SELECT k, explode(sequence(1, 1000)) AS j FROM "
+    "(SELECT k, explode(sequence(1, 1000)) AS i FROM (SELECT id, k FROM big DISTRIBUTE BY id) r) x) y "
+    "GROUP BY k"
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +57,18 @@ def current(h: Harness, name: str, query: str) -> bool:
     if not task or task["checkpoint"].get("sales") != latest_version(h.settings, "sales"):
         return False
     return mv_rows(h.spark, h.settings, name) == query_rows(h.spark, h.settings, query)
+
+
+def generating(standalone: SparkStandalone, table: str) -> ExecutorTask | None:
+    """The task running a stage after the (finished) scan of ``table``: with nothing else running on the
+    cluster, the slow refresh's generating stage."""
+    tasks = executor_tasks(standalone.executor_log_files())
+    scans = [t for t in tasks if t.reads_table(table)]
+    if not scans or any(t.ended is None for t in scans):
+        return None
+    scan_stage = max(t.stage for t in scans)
+    after = [t for t in tasks if t.stage > scan_stage and t.ended is None]
+    return after[0] if after else None
 
 
 def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
@@ -82,12 +107,32 @@ def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
         assert any(r["message"].startswith("incremental:") for r in fast), [r["message"] for r in fast]
         step("spark cluster: COMPLETE and FAST refreshes ran on the executors")
 
-        h.ok(f"CREATE MATERIALIZED VIEW slow REFRESH COMPLETE ON DEMAND AS {SLOW_QUERY}")
+        h.ok(f"CREATE MATERIALIZED VIEW slow REFRESH COMPLETE ON DEMAND AS {ENDLESS}")
         running = h.wait_run("mv:slow", states={"RUNNING"})
+        # Nothing else runs on the cluster meanwhile: sales does not change, so the other MVs' runs are
+        # skipped without a Spark job.
+        task = wait_until(
+            lambda: generating(standalone, "big"),
+            timeout_s=120,
+            what="the slow refresh's generating task running on the executor",
+        )
+        step(f"spark cluster: the slow refresh's task (TID {task.tid}) running on the executor")
         h.ok("CANCEL REFRESH MATERIALIZED VIEW slow")
         ended = h.wait_run("mv:slow", states={"CANCELED", "COMPLETED", "ERROR"}, run_id=running["run_id"])
         assert ended["state"] == "CANCELED", ended
-        step("spark cluster: the slow refresh cancelled")
+        # The executor killed that very task, for the run's job group (mvs-<run id>), and started no
+        # other task after it (the rest of the stage was cancelled with it).
+        (killed,) = wait_until(
+            lambda: [
+                t for t in executor_tasks(standalone.executor_log_files()) if t.tid == task.tid and t.ended
+            ],
+            timeout_s=30,
+            what=f"the executor to end task {task.tid}",
+        )
+        assert killed.ended == "killed", killed
+        assert f"cancelled job group mvs-{running['run_id']}" in killed.reason, killed.reason
+        assert not [t for t in executor_tasks(standalone.executor_log_files()) if t.tid > task.tid]
+        step("spark cluster: the cancel killed the slow refresh's task on the executor")
         append(spark, settings, "sales", rows(200, 5))  # the single core is free again: the next run runs
         wait_until(
             lambda: current(h, "by_region", BY_REGION), timeout_s=120, what="by_region after the cancel"

@@ -63,8 +63,15 @@ class KafkaCluster:
         return self
 
     def stop(self) -> None:
-        for broker in self.brokers:
-            broker.stop()
+        """Stop the nodes one by one, each with a controlled shutdown while a majority of the controller
+        quorum is still up to grant it. The nodes after that are killed: their controlled shutdown can
+        never be granted (measured: the last node waited the full 30 s before the SIGKILL)."""
+        majority = self.nodes // 2 + 1
+        for stopped, broker in enumerate(self.brokers):
+            if self.nodes - stopped >= majority:
+                broker.stop()
+            else:
+                broker.kill()
 
     def __enter__(self) -> KafkaCluster:
         return self.start()
