@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_RUNNING = re.compile(r"Executor: Running task \S+ in stage (\d+)\.\d+ \(TID (\d+)\)")
+_RUNNING = re.compile(r"Executor: Running task \S+ in stage \S+ \(TID (\d+)\)")
 _READING = re.compile(r"FileScanRDD: Reading File path: (\S+)")
 _FINISHED = re.compile(r"Executor: Finished task \S+ in stage \S+ \(TID (\d+)\)")
 _FAILED = re.compile(r"Executor: Exception in task \S+ in stage \S+ \(TID (\d+)\)")
@@ -23,7 +23,6 @@ _KILLED = re.compile(
 @dataclass
 class ExecutorTask:
     tid: int
-    stage: int
     reads: list[str] = field(default_factory=list)  # files the task logged opening
     ended: str | None = None  # "finished", "failed" or "killed"; None: still running
     reason: str = ""  # why it was killed
@@ -43,7 +42,7 @@ def executor_tasks(logs: Iterable[Path]) -> list[ExecutorTask]:
         current: ExecutorTask | None = None
         for line in log.read_text(errors="replace").splitlines():
             if match := _RUNNING.search(line):
-                current = by_tid[int(match[2])] = ExecutorTask(int(match[2]), int(match[1]))
+                current = by_tid[int(match[1])] = ExecutorTask(int(match[1]))
                 tasks.append(current)
             elif (match := _READING.search(line)) and current is not None:
                 current.reads.append(match[1])

@@ -24,25 +24,25 @@ import pytest
 
 from tests.integration.cluster import wait_until
 from tests.integration.executor_tasks import ExecutorTask, executor_tasks
-from tests.integration.fleet import BIG_ROWS, BIG_SCHEMA, Harness, big_rows, step
+from tests.integration.fleet import Harness, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.config import Settings
 from workers.embedded.spark_cluster import SparkStandalone
 from workers.jobs.tables import append, create_table
-from workers.warehouse import latest_version
+from workers.warehouse import latest_version, table_path
 
 pytestmark = pytest.mark.integration
 
 BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
 BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
-# Minutes of work: a million generated rows per row of big, counted. The rows are generated after a
-# shuffle (DISTRIBUTE BY), whose reader checks for a kill before each row: generated in the scan stage,
-# a whole batch of big's rows (billions of generated rows) would run before the task noticed a kill.
+# Minutes of work: 90,000 generated rows per row of spin (400,000 rows), counted in the stage that scans
+# spin. A task notices a kill between two batches of rows it reads (4,096 rows: a second or so of work
+# here), so the kill lands within seconds; nothing else in the test reads spin.
+SPIN_ROWS = 400_000
 ENDLESS = (
-    "SELECT k, count(*) AS n FROM (SELECT k, explode(sequence(1, 1000)) AS j FROM "
-    "(SELECT k, explode(sequence(1, 1000)) AS i FROM (SELECT id, k FROM big DISTRIBUTE BY id) r) x) y "
-    "GROUP BY k"
+    "SELECT count(*) AS n FROM (SELECT explode(sequence(1, 300)) AS j FROM "
+    "(SELECT explode(sequence(1, 300)) AS i FROM spin) x) y"
 )
 
 
@@ -59,16 +59,10 @@ def current(h: Harness, name: str, query: str) -> bool:
     return mv_rows(h.spark, h.settings, name) == query_rows(h.spark, h.settings, query)
 
 
-def generating(standalone: SparkStandalone, table: str) -> ExecutorTask | None:
-    """The task running a stage after the (finished) scan of ``table``: with nothing else running on the
-    cluster, the slow refresh's generating stage."""
+def spinning(standalone: SparkStandalone) -> list[ExecutorTask]:
+    """Tasks scanning spin that have not ended: the slow refresh's, on the executor."""
     tasks = executor_tasks(standalone.executor_log_files())
-    scans = [t for t in tasks if t.reads_table(table)]
-    if not scans or any(t.ended is None for t in scans):
-        return None
-    scan_stage = max(t.stage for t in scans)
-    after = [t for t in tasks if t.stage > scan_stage and t.ended is None]
-    return after[0] if after else None
+    return [t for t in tasks if t.reads_table("spin") and t.ended is None]
 
 
 def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
@@ -88,7 +82,7 @@ def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
         fleet.coordinator("c1")
         worker = h.new_worker()
         create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
-        create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
+        spark.range(SPIN_ROWS).write.format("delta").save(table_path(settings, "spin"))
         h.wait_warm(worker)
         apps = standalone.status().get("activeapps", [])
         assert isinstance(apps, list) and [a.get("name") for a in apps] == ["mvs"], (
@@ -109,19 +103,17 @@ def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
 
         h.ok(f"CREATE MATERIALIZED VIEW slow REFRESH COMPLETE ON DEMAND AS {ENDLESS}")
         running = h.wait_run("mv:slow", states={"RUNNING"})
-        # Nothing else runs on the cluster meanwhile: sales does not change, so the other MVs' runs are
-        # skipped without a Spark job.
-        task = wait_until(
-            lambda: generating(standalone, "big"),
+        (task,) = wait_until(
+            lambda: spinning(standalone),
             timeout_s=120,
-            what="the slow refresh's generating task running on the executor",
+            what="the slow refresh's task running on the executor",
         )
         step(f"spark cluster: the slow refresh's task (TID {task.tid}) running on the executor")
         h.ok("CANCEL REFRESH MATERIALIZED VIEW slow")
         ended = h.wait_run("mv:slow", states={"CANCELED", "COMPLETED", "ERROR"}, run_id=running["run_id"])
         assert ended["state"] == "CANCELED", ended
         # The executor killed that very task, for the run's job group (mvs-<run id>), and started no
-        # other task after it (the rest of the stage was cancelled with it).
+        # other task of the run (the rest of its stage was cancelled with it).
         (killed,) = wait_until(
             lambda: [
                 t for t in executor_tasks(standalone.executor_log_files()) if t.tid == task.tid and t.ended
@@ -131,7 +123,8 @@ def test_refreshes_run_on_the_cluster_and_a_cancel_reaches_its_executors(
         )
         assert killed.ended == "killed", killed
         assert f"cancelled job group mvs-{running['run_id']}" in killed.reason, killed.reason
-        assert not [t for t in executor_tasks(standalone.executor_log_files()) if t.tid > task.tid]
+        spin_tasks = [t.tid for t in executor_tasks(standalone.executor_log_files()) if t.reads_table("spin")]
+        assert spin_tasks == [task.tid], spin_tasks
         step("spark cluster: the cancel killed the slow refresh's task on the executor")
         append(spark, settings, "sales", rows(200, 5))  # the single core is free again: the next run runs
         wait_until(
