@@ -31,12 +31,7 @@ from workers.kafka.admin import describe, partition_leader, under_replicated
 from workers.kafka.typed import read_to_end
 from workers.warehouse import latest_version
 
-pytestmark = [
-    pytest.mark.integration,
-    # Flaky (2 failures in 4 runs, both a fresh client's end-offset query after the kill: librdkafka
-    # #2535, then _DESTROY_BROKER, now retried). Skipped in CI until it passes repeatedly: issue 11.
-    # pytest.mark.skip(reason="flaky after a broker kill (librdkafka watermark queries); see issue 11"),
-]
+pytestmark = pytest.mark.integration
 
 BY_REGION = "SELECT region, sum(amount) AS total, count(*) AS orders FROM sales GROUP BY region"
 BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
@@ -108,8 +103,9 @@ def test_one_broker_killed_while_the_fleet_works(kafka3: KafkaCluster, spark: An
         append(spark, settings, "sales", rows(200, 5))
         all_current(cluster, spark, mvs, f"with broker {victim_id} down")
         step(f"kafka3: failover: every MV current {time.monotonic() - killed_at:.1f}s after the kill")
-        # The coordinator kept its leadership (same epoch) or took it again (a newer one): one leader.
-        assert cluster.coordinator.active and cluster.coordinator.coordinator_epoch >= epoch
+        # The coordinator kept its leadership (same epoch) or took it again (a newer one).
+        wait_until(lambda: cluster.coordinator.active, timeout_s=60, what="the coordinator active")
+        assert cluster.coordinator.coordinator_epoch >= epoch
         kept = cluster.coordinator.coordinator_epoch == epoch
         step(f"kafka3: failover: the coordinator {'kept its leadership' if kept else 'was re-elected'}")
 
