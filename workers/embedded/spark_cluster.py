@@ -112,11 +112,13 @@ class SparkStandalone:
             else []
         )
 
+    def executor_log_files(self) -> list[Path]:
+        """Where every executor the workers ran writes its stderr (``<work dir>/<app>/<executor>/stderr``)."""
+        return sorted(self.data_dir.glob("work*/*/*/stderr"))
+
     def executor_logs(self) -> str:
-        """What every executor the workers ran wrote to stderr (``<work dir>/<app>/<executor>/stderr``)."""
-        return "\n".join(
-            p.read_text(errors="replace") for p in sorted(self.data_dir.glob("work*/*/*/stderr"))
-        )
+        """What every executor the workers ran wrote to stderr."""
+        return "\n".join(p.read_text(errors="replace") for p in self.executor_log_files())
 
     def stop(self) -> None:
         processes, self._processes = self._processes, []

@@ -41,11 +41,17 @@ from workers.kafka.deadletter import DeadLetterQueue, DeadLetterSink, undecodabl
 from workers.kafka.errors import BusError
 from workers.kafka.messages import Message, header_text, raw_headers
 from workers.kafka.registry import SchemaRegistry, registry_for
-from workers.kafka.retry import ADMIN_RETRY, RetryPolicy
+from workers.kafka.retry import WATERMARK_RETRY, RetryPolicy
 from workers.topics import TopicSpec, logical_name, topic_spec
 
 log = logging.getLogger(__name__)
 Partitions = list[tuple[str, int]]  # (logical topic, partition)
+# An end-offset query goes to the partition leader this client knows and waits there: while that broker is
+# down, until this timeout or until metadata without the broker drops its handle (_DESTROY_BROKER); and
+# after a kill the live brokers name the dead one leader until it is fenced (broker.session.timeout.ms).
+# So attempts are short (a live leader answers in milliseconds), each failed one refreshing the metadata
+# (measured: a reader's end offsets ~20 s after a broker kill with 10 s attempts; see issue 11).
+WATERMARK_ATTEMPT_S = 2.0
 RebalanceCallback = Callable[[Partitions], None]
 _TP = tuple[str, int]  # (physical topic, partition)
 _RawCallback = Callable[[RawConsumer, list[TopicPartition]], None]
@@ -356,7 +362,7 @@ class TypedConsumer:
         self._pending.clear()
 
     def end_offsets(
-        self, topic: str, partitions: Sequence[int] | None = None, *, retry: RetryPolicy = ADMIN_RETRY
+        self, topic: str, partitions: Sequence[int] | None = None, *, retry: RetryPolicy = WATERMARK_RETRY
     ) -> dict[int, tuple[int, int]]:
         """(low, high) per partition; high is the last stable offset (read_committed)."""
         consumer = self._client.get()
@@ -365,11 +371,12 @@ class TypedConsumer:
             partitions = sorted(retry.call(lambda: self._partitions(physical)))
 
         def watermarks(partition: int) -> tuple[int, int]:
+            tp = TopicPartition(physical, partition)
             try:
-                return consumer.get_watermark_offsets(TopicPartition(physical, partition), 10.0, False)
+                return consumer.get_watermark_offsets(tp, WATERMARK_ATTEMPT_S, False)
             except KafkaException as exc:
-                # librdkafka keeps asking a leader that died until its metadata is refreshed
-                # (librdkafka#2535): refresh the topic's before the next attempt.
+                # The leader may have died: the next attempt asks the one fresh metadata names
+                # (see WATERMARK_ATTEMPT_S; librdkafka#2535).
                 with contextlib.suppress(KafkaException):
                     consumer.list_topics(physical, 5.0)
                 raise BusError.from_kafka(f"watermarks of {physical}[{partition}]", exc) from exc

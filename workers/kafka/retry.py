@@ -12,7 +12,7 @@ import logging
 from workers.kafka.errors import is_transient
 from workers.sched.retry import RetryPolicy
 
-__all__ = ["ADMIN_RETRY", "METADATA_RETRY", "TXN_RETRY", "RetryPolicy", "kafka_policy"]
+__all__ = ["ADMIN_RETRY", "METADATA_RETRY", "TXN_RETRY", "WATERMARK_RETRY", "RetryPolicy", "kafka_policy"]
 
 
 def kafka_policy(
@@ -37,5 +37,8 @@ ADMIN_RETRY = kafka_policy("kafka.admin", attempts=8, initial_s=0.2, max_s=5.0)
 METADATA_RETRY = kafka_policy(
     "kafka.metadata", attempts=60, initial_s=0.05, max_s=0.5, log_level=logging.DEBUG
 )
+# End-offset queries, each attempt short (``consumer.WATERMARK_ATTEMPT_S``): ~1 min in all, well above
+# the time a cluster takes to replace a dead partition leader (broker.session.timeout.ms, 9 s by default).
+WATERMARK_RETRY = kafka_policy("kafka.watermarks", attempts=30, initial_s=0.1, max_s=1.0)
 # Transaction commit/abort calls librdkafka flags retriable.
 TXN_RETRY = kafka_policy("kafka.transaction", attempts=5, initial_s=0.1, max_s=2.0)
