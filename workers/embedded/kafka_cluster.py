@@ -12,31 +12,20 @@ take the replication of ``topics/`` (``MVS_REPLICATION_FACTOR`` unset).
 from __future__ import annotations
 
 import argparse
-import random
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.config import CACHE_DIR
-from workers.embedded.broker import EmbeddedKafka
+from workers.embedded.broker import EmbeddedKafka, free_port
 from workers.embedded.processes import run_until_signal
 
 
 def _listen_ports(count: int) -> list[int]:
-    """Distinct free ports below Linux's ephemeral range (32768+): the nodes start together and connect
-    to one another, and an outgoing connection's ephemeral source port once took a port chosen for a node
-    that had not bound it yet (1 start of a cluster in 8 failed with "Address already in use")."""
+    """``count`` distinct free ports (the nodes start together and connect to one another)."""
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randint(20000, 32767)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        if port not in ports:
-            ports.append(port)
+        ports.append(free_port(avoid=ports))
     return ports
 
 
