@@ -27,29 +27,6 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The files that take longest (wall seconds measured in CI, longest first). The suite runs in two
-# processes, a file at a time each (pyproject: ``--dist loadfile --no-loadscope-reorder``), in the
-# order of the collection: started first, these cannot end up last on one process while the other
-# is idle. The rest follows in its usual order and fills the gaps.
-LONGEST_FIRST = (
-    "test_fast_properties.py",
-    "test_separate_hosts.py",
-    "test_fleet.py",
-    "test_broker_outage.py",
-    "test_objectstore_outage.py",
-    "test_fast_refresh.py",
-    "test_fast_state.py",
-    "test_spark_cluster.py",
-    "test_chaos_inputs.py",
-    "test_kafka_cluster.py",
-    "test_fast_joins.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keeps its order
-
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
