@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Record, report
-from workers.codec import get_codec
+from bench.common import report
+from workers.codec import Record, get_codec
 from workers.config import Settings
 from workers.embedded.broker import one_broker_settings
 from workers.kafka.admin import apply_topics

@@ -10,6 +10,8 @@ in docker compose, or against an existing cluster:
 - ``MVS_WAREHOUSE``: folder or URI holding the Delta tables (default ``./warehouse``); on an object
   store e.g. ``s3://bucket/prefix`` (``StorageSettings`` below says how it is reached).
 - ``MVS_SPARK_MASTER``: Spark master URL (default ``local[2]``).
+- ``MVS_SPARK_JAVA_OPTIONS``: extra JVM options of the Spark driver, e.g. ``-Xmx4g`` or
+  ``-XX:TieredStopAtLevel=1`` (quick JIT only: less CPU for short-lived processes such as tests).
 - ``MVS_GROUP_PROTOCOL``: ``classic`` (default, cooperative-sticky) or ``consumer`` (KIP-848).
 - ``MVS_SESSION_TIMEOUT_MS``: consumer-group session timeout, i.e. how long a dead worker keeps
   its tasks (default 6000; 0 leaves Kafka's defaults: 45 s, client-side for ``classic``,
@@ -165,9 +167,17 @@ class StorageSettings:
             options["aws_allow_http"] = str(self.endpoint.lower().startswith("http://")).lower()
         return {**options, **self.options}
 
-    def hadoop_options(self) -> dict[str, str]:
+    def hadoop_options(self, bucket: str | None = None) -> dict[str, str]:
         """Hadoop S3A options (``fs.s3a.*``) for Spark; set on the live Hadoop configuration, never
-        in Spark's conf (which the UI and event logs show)."""
+        in Spark's conf (which the UI and event logs show). With ``bucket``, scoped to that bucket
+        (``fs.s3a.bucket.<bucket>.*``, S3A's per-bucket overrides): one process can then reach
+        warehouses in two buckets on two endpoints."""
+        options = self._s3a_options()
+        if bucket is None:
+            return options
+        return {f"fs.s3a.bucket.{bucket}.{key[len('fs.s3a.') :]}": value for key, value in options.items()}
+
+    def _s3a_options(self) -> dict[str, str]:
         options = self._named(
             "fs.s3a.endpoint",
             "fs.s3a.endpoint.region",
@@ -196,6 +206,7 @@ class Settings:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     warehouse: str = str(REPO_ROOT / "warehouse")
     spark_master: str = "local[2]"
+    spark_java_options: str = ""
     worker_id: str = field(default_factory=default_worker_id)
     # Manager → coordinator heartbeat period while something changed (seed 002: ≤ 1 s).
     heartbeat_interval_s: float = 1.0
@@ -243,6 +254,7 @@ class Settings:
             kafka_options=_kafka_options_from_env(env),
             warehouse=spark_location(env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse"))),
             spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
+            spark_java_options=env.get("MVS_SPARK_JAVA_OPTIONS", ""),
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),

@@ -23,7 +23,7 @@ from workers.config import Settings
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from workers.jobs.session import get_spark, stop_spark
 
-    session = get_spark(Settings(warehouse=str(tmp_path_factory.mktemp("spark-warehouse"))))
+    session = get_spark(Settings.from_env(warehouse=str(tmp_path_factory.mktemp("spark-warehouse"))))
     yield session
     stop_spark()
 

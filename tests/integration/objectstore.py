@@ -34,9 +34,9 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedO
         yield store
 
 
-def object_store_settings(store: EmbeddedObjectStore, base: Settings) -> Settings:
-    """``base`` with its warehouse in the bucket, configured from the environment a user would set."""
-    env = {**store.environment(), "MVS_WAREHOUSE": f"s3://{BUCKET}/{base.namespace}"}
+def object_store_settings(store: EmbeddedObjectStore, base: Settings, bucket: str = BUCKET) -> Settings:
+    """``base`` with its warehouse in ``bucket``, configured from the environment a user would set."""
+    env = {**store.environment(), "MVS_WAREHOUSE": f"s3://{bucket}/{base.namespace}"}
     on_s3 = Settings.from_env(env)
     return replace(base, warehouse=on_s3.warehouse, storage=on_s3.storage)
 

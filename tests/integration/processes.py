@@ -43,6 +43,7 @@ def role_env(settings: Settings, name: str, extra: Mapping[str, str] | None = No
             "MVS_MAX_POLL_INTERVAL_MS": str(settings.max_poll_interval_ms),
             "MVS_HEARTBEAT_TIMEOUT_S": str(settings.heartbeat_timeout_s),
             "MVS_GROUP_PROTOCOL": settings.group_protocol,
+            "MVS_SPARK_JAVA_OPTIONS": settings.spark_java_options,
             "MVS_WORKER_ID": name,
             # The history tables' sink costs every worker JVM a Delta write per flush; its own test
             # (test_history_tables.py) runs it, the fleet tests do not pay for it.

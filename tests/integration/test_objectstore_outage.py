@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.cluster import wait_until
 from tests.integration.fleet import assert_applied_once, refresh_commits, step, unended_runs
-from tests.integration.objectstore import BUCKET, object_store_settings
+from tests.integration.objectstore import object_store_settings
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, rows
 from tests.integration.two_mvs import MVS, create_two_mvs, wait_until_current
@@ -34,13 +34,16 @@ from workers.worker.runner import SPARK_READY
 
 pytestmark = pytest.mark.integration
 
+# Not the session store's bucket: a process's S3A keeps one endpoint per bucket for its life, and
+# the test's Spark may have opened that bucket on the session store already.
+OUTAGE_BUCKET = "outage"
 OUTAGE_S = 20.0  # several failed attempts (the refresh retry waits 5 s, then 10 s…)
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EmbeddedObjectStore]:
     with EmbeddedObjectStore(tmp_path / "store", port=free_port()) as s3:
-        s3.create_bucket(BUCKET)
+        s3.create_bucket(OUTAGE_BUCKET)
         yield s3
 
 
@@ -49,7 +52,9 @@ def test_the_fleet_rides_out_an_object_store_outage(
 ) -> None:
     from workers.jobs.session import get_spark
 
-    settings = object_store_settings(store, one_broker_settings(kafka_bootstrap, "s3out", tmp_path))
+    settings = object_store_settings(
+        store, one_broker_settings(kafka_bootstrap, "s3out", tmp_path), OUTAGE_BUCKET
+    )
     get_spark(settings)  # the test's own Spark session reads and writes this store
     fleet = Fleet(settings, tmp_path / "logs")
     client = MvsClient(settings, issued_by="test-store-outage")

@@ -108,10 +108,14 @@ def test_a_worker_cut_off_from_the_broker_hands_over_and_rejoins(
         for name in MVS:
             wait_until(lambda n=name: current(h, n), timeout_s=120, what=f"{name} current after the heal")
             assert_applied_once(refresh_commits(spark, settings, name))
-        # No failed run since the cut, the victim's included (what it ran while cut off arrives now).
-        failed = [r for r in h.runs_of("mv:by_region", after=mark) if r["state"] == "ERROR"]
-        failed += [r for r in h.runs_of("mv:big", after=mark) if r["state"] == "ERROR"]
-        assert not failed, failed
+        # No failed run since the cut, the victim's included (what it ran while cut off arrives now),
+        # but a retried write conflict: the cut-off worker may still be committing the run it had
+        # started (it still reaches the warehouse) when the new owner commits the same MV.
+        runs = h.runs_of("mv:by_region", after=mark) + h.runs_of("mv:big", after=mark)
+        failed = [r for r in runs if r["state"] == "ERROR"]
+        conflicts = [r for r in failed if r["error"]["retryable"] and "write conflict" in r["error"]["message"]]
+        assert [r for r in failed if r not in conflicts] == [], failed
+        step(f"hosts: {len(conflicts)} run(s) lost a write conflict to the cut-off worker and were retried")
         assert all(w.alive for w in workers.values())
     except BaseException:
         print(fleet.logs())

@@ -98,3 +98,15 @@ def test_the_environment_of_a_child_process_reads_back_as_the_same_settings() ->
     assert storage.environment() == env
     assert StorageSettings.from_env(storage.environment()) == storage
     assert StorageSettings().environment() == {}
+
+
+def test_options_scoped_to_a_bucket_are_s3a_per_bucket_overrides() -> None:
+    from workers.jobs.session import s3a_bucket
+
+    storage = StorageSettings(endpoint="http://127.0.0.1:7070")
+    scoped = storage.hadoop_options("outage")
+    assert scoped["fs.s3a.bucket.outage.endpoint"] == "http://127.0.0.1:7070"
+    assert scoped["fs.s3a.bucket.outage.path.style.access"] == "true"
+    assert not [key for key in scoped if not key.startswith("fs.s3a.bucket.outage.")]
+    assert s3a_bucket("s3://outage/ns") == s3a_bucket("s3a://outage") == "outage"
+    assert s3a_bucket("/tmp/warehouse") is None and s3a_bucket("gs://b/x") is None

@@ -33,7 +33,7 @@ from workers.jobs.incremental_apply import (
     null_safe,
     q,
 )
-from workers.jobs.incremental_join import _narrowed as narrowed
+from workers.jobs.incremental_join import narrowed
 
 __all__ = ["having_change"]
 

@@ -104,7 +104,7 @@ def _terms(
                 ((key.right_table, key.right_column), (key.left_table, key.left_column)),
             ):
                 if mine[0] == base and other != base:
-                    tables[other] = _narrowed(tables[other], column, delta, mine[1], nulls=False)
+                    tables[other] = narrowed(tables[other], column, delta, mine[1], nulls=False)
         mine_rows = delta.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
         terms.append(rows({**tables, base: mine_rows}))
     return reduce(DataFrame.unionByName, terms)
@@ -151,7 +151,7 @@ def _aggregate(
             if (
                 wanted is not None and found.table
             ):  # a qualified key: its base narrowed to the wanted values (NULL too)
-                tables[found.table] = _narrowed(
+                tables[found.table] = narrowed(
                     tables[found.table], found.column, wanted, keys[name], nulls=True
                 )
         return run_query(session, settings, request.query, tables, mv_name=request.mv_name)
@@ -160,7 +160,7 @@ def _aggregate(
     return aggregate_merge(scope, request.query, flat, joined, mv, None, groups_at_v=groups_at_v)
 
 
-def _narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
+def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
     """``frame``'s rows whose ``column`` equals a value of ``keys.key`` (NULL-safe when ``nulls``):
     a superset of the rows an equality with those keys can use, the only rows a term needs."""
     wanted = keys.select(F.col(apply.q(key)).alias(_KEY))

@@ -16,6 +16,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from workers.config import CACHE_DIR, Settings, spark_location
+from workers.jobs import class_archive
+
+log = logging.getLogger(__name__)
 
 DELTA_JARS_DIR = CACHE_DIR / "jars" / "delta"
 # Hadoop's S3A file system and the AWS SDK bundle (infra/fetch_jars.sh, profile s3a): optional, only
@@ -49,7 +52,7 @@ def s3a_jars(jars_dir: Path = S3A_JARS_DIR) -> list[str]:
     return sorted(str(p) for p in jars_dir.glob("*.jar"))
 
 
-def _jars_conf(master: str) -> dict[str, str]:
+def jars_conf(master: str) -> dict[str, str]:
     """Delta's jars in ``spark.jars``; S3A's there too for a cluster (executors need them), and on
     the driver's class path for a local master: spark.jars copies every jar into each executor's
     work folder, and the SDK bundle alone is 558 MB (local executors are the driver)."""
@@ -59,17 +62,23 @@ def _jars_conf(master: str) -> dict[str, str]:
     return {"spark.jars": ",".join(jars + s3a)}
 
 
-_storage_applied: set[tuple[tuple[str, str], ...]] = set()
+# Options applied per bucket: S3A builds one file system per bucket and keeps it for the JVM's life.
+_storage_applied: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def _apply_storage(session: SparkSession, settings: Settings) -> None:
     """Endpoint, region and credentials of ``settings.storage`` as ``fs.s3a.*`` options of the live
     Hadoop configuration (every Delta read and write takes its Hadoop conf from there). Not in Spark's
     conf: the UI and event logs show that. Options take effect for a bucket's first use in the JVM
-    (Hadoop caches one file system per bucket)."""
-    options = settings.storage.hadoop_options()
+    (Hadoop caches one file system per bucket), so they are scoped to the warehouse's bucket: another
+    bucket on another endpoint gets its own. The same bucket cannot change endpoint in one process."""
+    bucket = s3a_bucket(settings.warehouse)
+    options = settings.storage.hadoop_options(bucket)
     applied = tuple(sorted(options.items()))
-    if not options or applied in _storage_applied:
+    if not options or _storage_applied.get(bucket or "") == applied:
+        return
+    if (bucket or "") in _storage_applied:
+        log.warning("bucket %s is already open with other storage options: the first ones stay", bucket)
         return
     # py4j logs every command it sends at DEBUG: these carry the credentials.
     py4j_logger = logging.getLogger("py4j")
@@ -81,15 +90,22 @@ def _apply_storage(session: SparkSession, settings: Settings) -> None:
             hadoop_conf.set(key, value)
     finally:
         py4j_logger.setLevel(level)
-    _storage_applied.add(applied)
+    _storage_applied[bucket or ""] = applied
+
+
+def s3a_bucket(warehouse: str) -> str | None:
+    """The bucket of an ``s3a://`` (or ``s3://``) warehouse; None for any other."""
+    scheme, sep, rest = spark_location(warehouse).partition("://")
+    return rest.split("/", 1)[0] if sep and scheme == "s3a" else None
 
 
 # -- end of object-store warehouse -----------------------------------------------------------------
 
 
 def _build(settings: Settings) -> SparkSession:
+    jars = jars_conf(settings.spark_master)
     conf: dict[str, str] = {
-        **_jars_conf(settings.spark_master),
+        **jars,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.warehouse.dir": _spark_warehouse_dir(settings),
@@ -125,6 +141,14 @@ def _build(settings: Settings) -> SparkSession:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
+    java_options = [settings.spark_java_options]
+    if (
+        settings.spark_master.startswith("local")
+        and "ArchiveClassesAtExit" not in settings.spark_java_options
+    ):
+        java_options.insert(0, class_archive.java_option(jars))
+    if any(java_options):
+        conf["spark.driver.extraJavaOptions"] = " ".join(option for option in java_options if option)
     builder = SparkSession.builder.master(settings.spark_master).appName("mvs")
     for key, value in conf.items():
         builder = builder.config(key, value)
