@@ -1,5 +1,5 @@
-"""FAST eligibility of the shapes of issue 10, item 2: GROUP BY … HAVING (``workers.ddl.fast_having``)
-and UNION ALL of projections (``workers.ddl.fast_union``)."""
+"""FAST eligibility of the shapes of issue 10, item 2: GROUP BY … HAVING over one table or a join
+(``workers.ddl.fast_having``) and UNION ALL of projections (``workers.ddl.fast_union``)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,45 @@ def test_having_shapes_that_are_eligible(sql: str, where: str | None) -> None:
     assert plan is not None and plan.kind == "aggregate_having" and plan.where == where
 
 
+def test_having_over_a_join_is_the_join_aggregate_plan_reading_only_its_keys() -> None:
+    """The joined change rows need only the group keys (the query recomputes the values): the plan's
+    inputs are the keys', the aggregates in HAVING (``MAX(c.x)``) read none."""
+    sql = (
+        "SELECT o.k, COUNT(*) AS n, SUM(c.v) AS s_v FROM orders o JOIN customers c ON o.id = c.id "
+        "WHERE c.v > 0 GROUP BY o.k HAVING COUNT(*) >= 2 AND MAX(c.x) < 10 AND s_v <> 0 OR o.k IS NULL"
+    )
+    plan = analyze_query(sql).fast_refresh
+    joined = analyze_query(sql[: sql.index(" HAVING")]).fast_refresh
+    assert plan is not None and joined is not None and joined.kind == "join_aggregate"
+    assert plan.kind == "join_aggregate_having"
+    assert plan.base_tables == ("orders", "customers") and plan.where == "c.v > 0"
+    assert plan.source == "FROM orders o JOIN customers c ON o.id = c.id WHERE c.v > 0"  # no HAVING
+    assert [i.name for i in joined.inputs] == ["o.k", "c.v"]
+    assert plan.inputs == joined.inputs[:1]
+    assert (plan.group_by, plan.items, plan.aggregates, plan.join_keys) == (
+        joined.group_by,
+        joined.items,
+        joined.aggregates,
+        joined.join_keys,
+    )
+    assert plan_from_record(plan_record(analyze_query(sql).plan)).fast_refresh == plan
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # No GROUP BY: the join's one group; WHERE and FROM texts end where HAVING starts.
+        "SELECT COUNT(*) AS n FROM t JOIN u USING (k) WHERE u.v > 1 HAVING SUM(t.v) > 2",
+        "SELECT u.k2 AS k2, MIN(t.v) AS lo FROM t JOIN u ON t.k = u.k GROUP BY u.k2 HAVING k2 = 1 OR lo > 0",
+        "SELECT a.k FROM t a JOIN u b ON a.k = b.k JOIN w c ON c.j = b.j GROUP BY a.k HAVING count(c.v) > 1",
+    ],
+)
+def test_having_over_a_join_shapes_that_are_eligible(sql: str) -> None:
+    plan = analyze_query(sql).fast_refresh
+    assert plan is not None and plan.kind == "join_aggregate_having"
+    assert plan.source is not None and "HAVING" not in plan.source.upper()
+
+
 def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
     """An older worker (which knows no ``aggregate_having``) refreshes completely, saying why."""
     record = plan_record(analyze_query("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > 1").plan)
@@ -72,9 +111,30 @@ def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
             "SELECT v FROM t HAVING v > 1",
             "HAVING without GROUP BY or an aggregate is not supported; use WHERE",
         ),
+        # Over a join: the same terms refused, a column must be qualified by a table of the join.
         (
-            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING count(*) > 1",
-            "HAVING over a join is not supported; filter the join aggregate when reading it",
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING stddev(u.v) > 1",
+            "HAVING STDDEV(u.v) is not supported; HAVING may use SUM",
+        ),
+        (
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING sum(u.v + t.v) > 1",
+            "argument of SUM(u.v + t.v) must be a plain column",
+        ),
+        (
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING u.v > 1",
+            "HAVING column u.v is neither grouped nor an output",
+        ),
+        (
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING max(x.v) > 1",
+            "the argument of MAX(x.v) must be a plain column",  # x is no table of the join
+        ),
+        (
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING n > rand()",
+            "non-deterministic function RAND",
+        ),
+        (
+            "SELECT t.k, u.v FROM t JOIN u ON t.k = u.k HAVING u.v > 1",
+            "HAVING without GROUP BY or an aggregate is not supported; use WHERE",
         ),
     ],
 )

@@ -10,8 +10,9 @@ These shapes are eligible, over one base table or an inner equi-join of several:
 * either over ``FROM a JOIN b ON a.k = b.k [AND …] [JOIN c USING (k) …]`` (kinds ``join_projection``,
   ``join_aggregate``): distinct tables, inner joins whose conditions are column equalities. The job
   applies the delta rules of a join to each table's change rows (``workers.jobs.incremental_join``).
-* an aggregate of one table with HAVING (kind ``aggregate_having``, ``workers.ddl.fast_having``):
-  the groups change rows reach are recomputed (``workers.jobs.incremental_having``).
+* an aggregate of one table or a join with HAVING (kinds ``aggregate_having``,
+  ``join_aggregate_having``; ``workers.ddl.fast_having``): the groups change rows reach are
+  recomputed (``workers.jobs.incremental_having``).
 * UNION ALL of projections of one table each (kind ``union_projection``, ``workers.ddl.fast_union``):
   the query run over the tables' change rows (``workers.jobs.incremental_union``).
 
@@ -143,27 +144,26 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
     for item in select.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             raise NotEligible("SELECT * is not supported; list the output columns")
-    having = select.args.get("having")
     if select.args.get("joins"):
-        if having is not None:
-            raise NotEligible(
-                "HAVING over a join is not supported; filter the join aggregate when reading it"
-            )
-        return join_plan(select, table)
-    if len(base_tables) != 1:
-        raise NotEligible(f"it reads {len(base_tables)} tables; only one base table is supported")
-    qualifier = table.alias_or_name
-    select = _unqualified(select, {qualifier.lower(), table.name.lower()})
+        plan = join_plan(select, table)
+    else:
+        if len(base_tables) != 1:
+            raise NotEligible(f"it reads {len(base_tables)} tables; only one base table is supported")
+        qualifier = table.alias_or_name
+        select = _unqualified(select, {qualifier.lower(), table.name.lower()})
+        plan = _one_table_plan(select, base_tables[0], qualifier)
+    having = select.args.get("having")  # one table: without its qualifier, like the plan's names
+    return plan if having is None else having_plan(having, plan)
+
+
+def _one_table_plan(select: exp.Select, base_table: str, qualifier: str) -> FastRefreshPlan:
     where = select.args.get("where")
     where_sql = where.this.sql(dialect=DIALECT) if where is not None else None
     if select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions):
-        plan = replace(aggregate_plan(select, base_tables[0], where_sql), qualifier=qualifier)
-        return plan if having is None else having_plan(select.args["having"], plan)
-    if having is not None:
-        raise NotEligible("HAVING without GROUP BY or an aggregate is not supported; use WHERE")
+        return replace(aggregate_plan(select, base_table, where_sql), qualifier=qualifier)
     items = tuple(projection_item(item) for item in select.expressions)
     check_unique(items)
-    return FastRefreshPlan("projection", base_tables[0], (), items, (), where_sql, qualifier)
+    return FastRefreshPlan("projection", base_table, (), items, (), where_sql, qualifier)
 
 
 def _branch_plan(select: exp.Select) -> FastRefreshPlan:

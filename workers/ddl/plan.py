@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 FastKind = Literal[
-    "projection", "aggregate", "join_projection", "join_aggregate", "aggregate_having", "union_projection"
+    "projection",
+    "aggregate",
+    "join_projection",
+    "join_aggregate",
+    "aggregate_having",
+    "union_projection",
+    "join_aggregate_having",
 ]
 FAST_KINDS: tuple[FastKind, ...] = (
     "projection",
@@ -22,9 +28,10 @@ FAST_KINDS: tuple[FastKind, ...] = (
     "join_aggregate",
     "aggregate_having",  # GROUP BY … HAVING: a newer kind, recomputed completely by older workers
     "union_projection",  # UNION ALL of projections: ``tables`` lists the tables its branches read
+    "join_aggregate_having",  # GROUP BY … HAVING over a join: ``inputs`` are its group keys only
 )
 # Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
-JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate")
+JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate", "join_aggregate_having")
 
 
 @dataclass(frozen=True)
