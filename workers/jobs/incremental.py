@@ -41,7 +41,7 @@ from workers.jobs import session as session_module
 from workers.jobs.aggregate_state import StateStore
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
-from workers.jobs.incremental_having import having_change
+from workers.jobs.incremental_having import having_change, join_having_change
 from workers.jobs.incremental_union import union_change
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
@@ -290,7 +290,10 @@ def _apply(
             raise _not_matching(why) from why
     elif plan.tables:  # a join of several bases: its delta rules (``workers.jobs.incremental_join``)
         try:
-            change, shared = incremental_join.join_change(scope, request, plan, state.ranges)
+            if plan.kind == "join_aggregate_having":  # reached groups recomputed (incremental_having)
+                change, shared = join_having_change(scope, request, plan, state.ranges)
+            else:
+                change, shared = incremental_join.join_change(scope, request, plan, state.ranges)
         except apply.Inconsistent as why:
             raise _not_matching(why) from why
     else:

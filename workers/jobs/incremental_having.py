@@ -1,15 +1,20 @@
-"""GROUP BY … HAVING MVs (plan kind ``aggregate_having``): the groups change rows reach are recomputed
-from the base at the pinned version, and one MERGE keyed by the group writes, replaces or removes
-their rows.
+"""GROUP BY … HAVING MVs (plan kinds ``aggregate_having``, ``join_aggregate_having``): the groups change
+rows reach are recomputed from the base(s) at the pinned version(s), and one MERGE keyed by the group
+writes, replaces or removes their rows (``reached_groups_change``).
 
 Why recompute: the MV holds only the groups whose HAVING holds, so a group it rejects has no row to
 read its aggregates from, and a change can lift such a group over the threshold (or drop one below
 it). Recomputing those groups with the MV query itself (WHERE, GROUP BY, HAVING, types: the complete
-refresh's), over the base restricted to them, is exact; a group the query no longer yields is
+refresh's), over the input restricted to them, is exact; a group the query no longer yields is
 deleted. No group the change rows do not reach is read or written.
 
+One table: the change rows are the MV log's, the input is the base at the pinned version. A join:
+the change rows are the joined ones of its delta rules, carrying the group keys only
+(``incremental_join.joined_inputs``), and a group is recomputed over every base at its new version,
+the base holding the key narrowed to the reached groups.
+
 Cost: one pass over the change rows (their distinct group keys, held on the driver), one read of the
-base narrowed to those keys (a filter on their values when they are few, so Delta skips files by
+input narrowed to those keys (a filter on their values when they are few, so Delta skips files by
 their statistics; else a broadcast semi-join), one keyed MERGE touching those groups' MV rows only.
 Helper state covering every group (``workers.jobs.aggregate_state``) would spare the base read for
 shapes without MIN/MAX; that is not done here.
@@ -19,8 +24,10 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from workers.ddl.plan import FastRefreshPlan
+from workers.jobs.incremental_aggregate import GroupRecompute
 from workers.jobs.incremental_apply import (
     ALL_ROWS,
     OP,
@@ -33,20 +40,53 @@ from workers.jobs.incremental_apply import (
     null_safe,
     q,
 )
-from workers.jobs.incremental_join import narrowed
+from workers.jobs.incremental_join import Ranges, joined_inputs, narrowed
+from workers.worker.request import RunRequest
 
-__all__ = ["having_change"]
+__all__ = ["having_change", "join_having_change", "reached_groups_change"]
 
 
 def having_change(
     scope: Scope, query: str, plan: FastRefreshPlan, changes: DataFrame, mv: DataFrame, base_at_v: DataFrame
 ) -> Change:
-    """Recompute every group a change row passing the WHERE reaches (``changes``: the MV log's rows,
-    any ``_change_type``), from ``base_at_v`` (the base at the pinned version); one keyed MERGE."""
-    # The MV column of each GROUP BY key (items are the MV's columns, in order; a key selected twice
-    # is matched by its first column).
-    by_column = [(i.column, f.name) for i, f in zip(plan.items, mv.schema.fields, strict=True) if i.column]
-    keys = [next(m for c, m in by_column if c == key) for key in plan.group_by]
+    """One table: the groups the MV log's rows (``changes``, any ``_change_type``) reach, recomputed
+    from ``base_at_v`` (the base at the pinned version)."""
+    keys = group_columns(plan, mv.schema)
+
+    def groups_at_v(wanted: DataFrame | None) -> DataFrame:
+        subset = base_at_v
+        if wanted is not None:
+            for key, m in zip(plan.group_by, keys, strict=True):  # each key narrows; whole groups stay
+                subset = narrowed(subset, key, wanted, m, nulls=True)
+        return scope.run_query(query, plan.base_table, subset)
+
+    return reached_groups_change(scope, plan, changes, mv, groups_at_v)
+
+
+def join_having_change(
+    scope: Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
+) -> tuple[Change, bool]:
+    """A join: the groups its joined change rows reach, recomputed over the bases at their new
+    versions; and whether every base's change rows came from another MV's read."""
+    joined = joined_inputs(scope, request, plan, ranges)
+    return reached_groups_change(
+        scope, joined.plan, joined.rows, joined.mv, joined.groups_at_v
+    ), joined.shared
+
+
+def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
+    """The MV column of each GROUP BY key (items are the MV's columns, in order; a key selected twice
+    is matched by its first column)."""
+    by_column = [(i.column, f.name) for i, f in zip(plan.items, mv_schema.fields, strict=True) if i.column]
+    return [next(m for c, m in by_column if c == key) for key in plan.group_by]
+
+
+def reached_groups_change(
+    scope: Scope, plan: FastRefreshPlan, changes: DataFrame, mv: DataFrame, groups_at_v: GroupRecompute
+) -> Change:
+    """Recompute every group a change row passing ``plan.where`` reaches (``changes``: rows holding the
+    plan's GROUP BY columns by name, any ``_change_type``) with ``groups_at_v``; one keyed MERGE."""
+    keys = group_columns(plan, mv.schema)
     if plan.where:  # the user's WHERE text, checked like the query; rows aliased by the query's name
         scope.check_expression(plan.where)
         changes = changes.alias(plan.qualifier or plan.base_table)
@@ -62,12 +102,7 @@ def having_change(
     ).collect()[0]
     change_rows, groups = int(stats["change_rows"] or 0), int(stats["groups"] or 0)
     wanted = reached.where(F.col(ROWS) > 0).select(*[F.col(q(m)) for m in keys])
-    subset = base_at_v.limit(0)  # no group reached: nothing to recompute
-    if groups:
-        subset = base_at_v
-        for key, m in zip(plan.group_by, keys, strict=True):  # each key narrows; whole groups stay
-            subset = narrowed(subset, key, wanted, m, nulls=True)
-    fresh = scope.run_query(query, plan.base_table, subset)
+    fresh = groups_at_v(wanted) if groups else mv.limit(0)  # no group reached: nothing to recompute
     pairs = [(m, m) for m in keys]
     joined = wanted.alias("w").join(
         fresh.withColumn(PRESENT, F.lit(True)).alias("r"), null_safe("w", "r", pairs), "left"

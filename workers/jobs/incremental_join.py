@@ -13,6 +13,8 @@ semantics and types are the complete refresh's. A base without changes in the ra
 The signed rows then go through the one-table machinery (``workers.jobs.incremental_apply``): append
 when every changed base only appended, else the rewrite merge; an aggregate's keyed merge, whose
 groups to recompute are the query over the bases at their new versions, narrowed to those groups.
+With HAVING (``join_aggregate_having``), every group the joined change rows reach is recomputed that
+way (``workers.jobs.incremental_having``).
 
 Cost: ``ΔT_i`` is read once and held (``Scope.in_memory``). A base joined to ``T_i`` by a key equality
 is read narrowed to the keys ``ΔT_i`` holds: a filter on their values when there are at most
@@ -23,7 +25,7 @@ is read narrowed to the keys ``ΔT_i`` holds: a filter on their values when ther
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import DataFrame
@@ -34,7 +36,7 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append
 from workers.jobs import incremental_apply as apply
-from workers.jobs.incremental_aggregate import aggregate_merge
+from workers.jobs.incremental_aggregate import GroupRecompute, aggregate_merge
 from workers.jobs.refresh import read_at, run_query
 from workers.worker.request import RunRequest
 
@@ -47,23 +49,44 @@ Ranges = Mapping[str, tuple[int, int]]
 Tables = dict[str, DataFrame]
 
 
-def join_change(
-    scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
-) -> tuple[apply.Change, bool]:
-    """What the run commits for a join plan, by the cheapest exact way (``apply.Change``), and whether
-    every base's change rows came from another MV's read (``workers.jobs.changes``)."""
+@dataclass(frozen=True)
+class _Bases:
+    """Every base at its old and new version, the change rows of those that changed, and whether all
+    of those came from another MV's read."""
+
+    old: Tables
+    new: Tables
+    deltas: dict[str, DataFrame]
+    shared: bool
+
+
+def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     session, settings = scope.session, scope.settings
     scope.views.update(plan.base_tables)
     old = {b: read_at(session, settings, b, since) for b, (since, _) in ranges.items()}
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     reads = {b: change_rows.read(session, settings, b, *ranges[b]) for b in changed}
-    deltas = {b: read.frame for b, read in reads.items()}
     shared = bool(reads) and all(read.shared for read in reads.values())
-    path = warehouse.table_path(settings, request.mv_name)
+    return _Bases(old, new, {b: read.frame for b, read in reads.items()}, shared)
+
+
+def join_change(
+    scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
+) -> tuple[apply.Change, bool]:
+    """What the run commits for a join projection or aggregate, by the cheapest exact way
+    (``apply.Change``), and whether every base's change rows came from another MV's read
+    (``workers.jobs.changes``)."""
     if plan.kind == "join_aggregate":
-        mv_now = session.read.format("delta").load(path)
-        return _aggregate(scope, request, plan, deltas, old, new, mv_now), shared
+        joined = joined_inputs(scope, request, plan, ranges)
+        change = aggregate_merge(
+            scope, request.query, joined.plan, joined.rows, joined.mv, None, groups_at_v=joined.groups_at_v
+        )
+        return change, joined.shared
+    session, settings = scope.session, scope.settings
+    bases = _bases(scope, plan, ranges)
+    deltas, old, new = bases.deltas, bases.old, bases.new
+    changed = list(deltas)
     query = request.query
 
     def rows(tables: Tables) -> DataFrame:
@@ -73,14 +96,16 @@ def join_change(
     if all(n is not None for n in inserted):  # only appends: only gained rows, appended
         gained = _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows)
         total = sum(n or 0 for n in inserted)
-        return apply.Change("append", total, f"{total} rows inserted", appended=gained), shared
+        return apply.Change("append", total, f"{total} rows inserted", appended=gained), bases.shared
     outputs = (
         _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows),
         _terms(plan, deltas, old, new, apply.DELETE_TYPES, rows),
     )
     counted = reduce(DataFrame.unionByName, [d.select("_change_type") for d in deltas.values()])
+    path = warehouse.table_path(settings, request.mv_name)
     mv = session.read.format("delta").load(path)  # the snapshot MERGE will use (as for one base)
-    return apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs), shared
+    change = apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs)
+    return change, bases.shared
 
 
 def _terms(
@@ -110,18 +135,28 @@ def _terms(
     return reduce(DataFrame.unionByName, terms)
 
 
-def _aggregate(
-    scope: apply.Scope,
-    request: RunRequest,
-    plan: FastRefreshPlan,
-    deltas: Mapping[str, DataFrame],
-    old: Tables,
-    new: Tables,
-    mv: DataFrame,
-) -> apply.Change:
-    """The joined change rows (the columns the keys and aggregates read, signed by ``_change_type``,
-    WHERE applied) merged by key; groups to recompute come from the bases at their new versions."""
+@dataclass(frozen=True)
+class JoinedInputs:
+    """A join aggregate's change as rows of the join: ``rows`` holds the columns its keys and
+    aggregates read (named like ``plan.inputs``), signed by ``_change_type``, the WHERE applied (so
+    ``plan`` has none); ``groups_at_v`` recomputes groups over the bases at their new versions; ``mv``
+    is the snapshot MERGE will use; ``shared``: every base's change rows came from another MV's read."""
+
+    plan: FastRefreshPlan
+    rows: DataFrame
+    groups_at_v: GroupRecompute
+    mv: DataFrame
+    shared: bool
+
+
+def joined_inputs(
+    scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
+) -> JoinedInputs:
+    """The joined change rows of a join aggregate (any ``join_aggregate*`` plan) and how to recompute
+    its groups."""
     session, settings = scope.session, scope.settings
+    bases = _bases(scope, plan, ranges)
+    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
     assert plan.source is not None
     columns = [f"{i.sql} AS {apply.q(i.name)}" for i in plan.inputs] or [f"TRUE AS {apply.q(_KEY)}"]
     inputs_sql = f"SELECT {', '.join(columns)} {plan.source}"
@@ -133,31 +168,30 @@ def _aggregate(
 
         return rows
 
+    deltas, old, new = bases.deltas, bases.old, bases.new
     joined = _terms(plan, deltas, old, new, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
         _terms(plan, deltas, old, new, apply.DELETE_TYPES, signed_inputs("delete"))
     )
-    # The MV key column of each GROUP BY input, by position (the planner names keys by their input).
-    keys = {
-        item.column: field.name
-        for item, field in zip(plan.items, mv.schema.fields, strict=True)
-        if item.column
-    }
+    # The MV key column of each GROUP BY input, by position (the planner names keys by their input);
+    # a key selected twice is matched by its first column, as the merges do.
+    keys: dict[str, str] = {}
+    for item, field in zip(plan.items, mv.schema.fields, strict=True):
+        if item.column:
+            keys.setdefault(item.column, field.name)
     inputs = {i.name: i for i in plan.inputs}
 
     def groups_at_v(wanted: DataFrame | None) -> DataFrame:
         tables = dict(new)
         for name in plan.group_by:
             found = inputs[name]
-            if (
-                wanted is not None and found.table
-            ):  # a qualified key: its base narrowed to the wanted values (NULL too)
+            if wanted is not None and found.table:  # a qualified key: its base narrowed (NULL too)
                 tables[found.table] = narrowed(
                     tables[found.table], found.column, wanted, keys[name], nulls=True
                 )
         return run_query(session, settings, request.query, tables, mv_name=request.mv_name)
 
     flat = replace(plan, where=None)  # the WHERE was applied by the inputs' query
-    return aggregate_merge(scope, request.query, flat, joined, mv, None, groups_at_v=groups_at_v)
+    return JoinedInputs(flat, joined, groups_at_v, mv, bases.shared)
 
 
 def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
