@@ -11,9 +11,9 @@ Shapes are the ones FAST supports today:
 * aggregate with HAVING (``aggregate_having``): the aggregates above, ``HAVING`` over aggregates
   selected or not, thresholds the small domains cross both ways (a group enters and leaves the MV);
 * either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
-  a.k1 = b.k1 …``; ``Shape.bases`` > 1): keys with NULLs and few values, so rows join many-to-many
-  and NULL keys are always there to (not) match. Their streams name the base of each operation
-  (``On``), one model per base.
+  a.k1 = b.k1 …``; ``Shape.bases`` > 1), aggregates with HAVING too (``join_aggregate_having``):
+  keys with NULLs and few values, so rows join many-to-many and NULL keys are always there to (not)
+  match. Their streams name the base of each operation (``On``), one model per base.
 
 * UNION ALL (``union_projection``) of two to four projection/filter branches over one base or several
   (each base read at least once, some twice): columns line up by position with types that widen (an
@@ -224,6 +224,15 @@ JOIN_AGGREGATES = (
 )
 
 
+# Over a join: thresholds the joined rows cross both ways, aggregates of either side, selected or not.
+JOIN_HAVINGS = (
+    "COUNT(*) >= 2",
+    "SUM(b.v) > 4 OR MIN(a.x) < 0",
+    "COUNT(a.d) = 0",
+    "MAX(b.v) - MIN(a.v) >= 2 AND AVG(a.x) < 100",
+)
+
+
 def _join_query(items: list[str], source: str, where: str | None, group_by: tuple[str, ...] = ()) -> str:
     text = f"SELECT {', '.join(items)} FROM {source}"
     if where is not None:
@@ -234,7 +243,7 @@ def _join_query(items: list[str], source: str, where: str | None, group_by: tupl
 
 
 def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
-    """Projections and aggregates over a join of ``bases`` tables."""
+    """Projections and aggregates (with HAVING or not) over a join of ``bases`` tables."""
 
     @st.composite
     def projection(draw: st.DrawFn) -> Shape:
@@ -250,7 +259,14 @@ def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
         source, where = draw(st.sampled_from(JOINS[bases])), draw(st.sampled_from(JOIN_FILTERS))
         return Shape("join_aggregate", _join_query(items, source, where, group_by), bases)
 
-    return st.one_of(projection(), aggregate())
+    @st.composite
+    def having(draw: st.DrawFn) -> Shape:
+        shape = draw(aggregate())
+        return Shape(
+            "join_aggregate_having", f"{shape.template} HAVING {draw(st.sampled_from(JOIN_HAVINGS))}", bases
+        )
+
+    return st.one_of(projection(), aggregate(), having())
 
 
 # ------------------------------------------------------------ UNION ALL (issue 10, item 2: UNION ALL)

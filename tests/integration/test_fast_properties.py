@@ -13,11 +13,12 @@ The same over inner equi-joins of two or three bases (projections and aggregates
 {t1} b ON a.k1 = b.k1 …``): random change streams on every base, both sides changing between two
 refreshes, many-to-many keys, NULL keys that must never match, purges of any base's log.
 
-The same for GROUP BY … HAVING (``aggregate_having``): groups cross the HAVING threshold both ways
-between refreshes (they enter and leave the MV), HAVING over aggregates that are not selected.
+The same for GROUP BY … HAVING (``aggregate_having``; over a two-table join ``join_aggregate_having``):
+groups cross the HAVING threshold both ways between refreshes (they enter and leave the MV), HAVING over
+aggregates that are not selected.
 
-Default (``ci`` profile, derandomized): per property the explicit example plus a few generated ones
-(three over one table, one over a join, one with HAVING, one UNION ALL), ~3 min on a loaded 2-core
+Default (``ci`` profile, derandomized): per property the explicit example(s) plus a few generated
+ones (three over one table, one over a join, one with HAVING, one UNION ALL), ~3 min on a loaded 2-core
 machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
@@ -82,6 +83,7 @@ def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 # What the run message of an incremental refresh of these kinds says of its plan.
 PLAN_WORDS = {
     "aggregate_having": "keyed merge of recomputed groups",
+    "join_aggregate_having": "keyed merge of recomputed groups",
     "union_projection": "UNION ALL over",
 }
 
@@ -263,11 +265,69 @@ HAVING_SHAPES = [
 ]
 
 
+# HAVING over a two-table join (``join_aggregate_having``): by the b.k2 key of the second base, groups
+# k2 = 0 and 1 are in, then out (k2 = 0 loses its only partner row, k2 = 1 gains a MAX(a.x) of 1000)
+# while a NULL-key group comes in, then all swap back (the second base emptied and refilled); the join's
+# one group (no GROUP BY) is out, in, out. Duplicate rows, rows the WHERE drops, a purge of each log.
+JOINED_HAVING = Stream(
+    Insert(
+        (
+            ("a", 0, 5, Decimal("1.25"), 0.1),
+            ("a", 1, 2, None, 2 / 3),
+            ("b", 1, 3, Decimal("0.00"), None),
+            (None, 0, 1, None, 0.25),
+        ),
+        copies=(0,),
+    ),
+    (
+        (
+            On(0, Insert((("b", 0, 4, None, 1000.0),))),
+            On(1, Delete(0)),
+            On(1, Insert(((None, None, 3, None, None), ("c", 0, 1, None, None), ("a", None, 4, None, None)))),
+            On(0, Insert((("c", 1, 7, None, -1.5), ("c", None, None, None, None)))),
+            On(0, Purge()),
+        ),
+        (
+            On(0, DeleteExtreme("MAX", "x", None, whole_table=True)),
+            On(0, Insert((("c", 1, 2, None, 0.1),))),
+            On(1, MoveGroup("b", "a")),
+            On(1, Purge()),
+            On(1, DeleteAll()),
+            On(1, Insert((("a", 1, 6, None, 2 / 3), ("c", 0, 2, Decimal("3.10"), None)))),
+        ),
+    ),
+    others=(
+        Insert(
+            (
+                ("a", 0, 1, None, 0.25),
+                ("a", 1, 8, None, -7.75),
+                ("b", 1, 2, Decimal("3.10"), None),
+                (None, 1, 5, None, 0.0),
+            )
+        ),
+    ),
+)
+JOINED_HAVING_SHAPES = [
+    Shape(
+        "join_aggregate_having",
+        "SELECT b.k2, COUNT(*) AS n, SUM(b.v) AS s_bv FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 "
+        "WHERE a.v IS NOT NULL GROUP BY b.k2 HAVING COUNT(*) >= 2 AND MAX(a.x) < 100",
+        2,
+    ),
+    Shape(
+        "join_aggregate_having",
+        "SELECT COUNT(*) AS n, MIN(a.v) AS lo_v FROM {t0} a JOIN {t1} b USING (k2) HAVING SUM(b.v) > 40",
+        2,
+    ),
+]
+
+
 @settings(
     max_examples=HAVING_EXAMPLES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(shapes=HAVING_SHAPES, stream=EVERYTHING)
+@example(shapes=JOINED_HAVING_SHAPES, stream=JOINED_HAVING)
 @given(shapes=st.lists(having_aggregates(), min_size=1, max_size=MAX_MVS), stream=streams(MAX_ROUNDS))
 def test_fast_refresh_with_having_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, shapes: list[Shape], stream: Stream
