@@ -152,5 +152,6 @@ def test_run_past_its_timeout_is_cancelled_frees_its_slot_and_shows_in_history_a
     assert main(["history", "pairs"]) == 0
     out = capsys.readouterr().out
     line = next(row for row in out.splitlines() if slow["run_id"] in row)
-    assert re.search(r"\bmv:pairs\b.*\bERROR\b.*exceeded its timeout of 15s and was cancelled", line), line
+    timed_out = rf"\bmv:pairs\b.*\bERROR\b.*exceeded its timeout of {TIMEOUT_S:g}s and was cancelled"
+    assert re.search(timed_out, line), line
     assert "CREATE_MV" in out and "small_copy" not in out
