@@ -113,7 +113,9 @@ def test_a_worker_cut_off_from_the_broker_hands_over_and_rejoins(
         # started (it still reaches the warehouse) when the new owner commits the same MV.
         runs = h.runs_of("mv:by_region", after=mark) + h.runs_of("mv:big", after=mark)
         failed = [r for r in runs if r["state"] == "ERROR"]
-        conflicts = [r for r in failed if r["error"]["retryable"] and "write conflict" in r["error"]["message"]]
+        conflicts = [
+            r for r in failed if r["error"]["retryable"] and "write conflict" in r["error"]["message"]
+        ]
         assert [r for r in failed if r not in conflicts] == [], failed
         step(f"hosts: {len(conflicts)} run(s) lost a write conflict to the cut-off worker and were retried")
         assert all(w.alive for w in workers.values())
