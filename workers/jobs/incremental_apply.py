@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from workers.config import Settings
+from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import held
 from workers.jobs.guard import check_expression
 from workers.jobs.refresh import run_query
@@ -175,6 +176,13 @@ class MergeSpec:
     update_set: dict[str, str | Column]
     insert_when: Column
     insert_values: dict[str, str | Column]
+
+
+def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
+    """The MV column of each GROUP BY key (items are the MV's columns, in order; a key selected twice
+    is matched by its first column)."""
+    by_column = [(i.column, f.name) for i, f in zip(plan.items, mv_schema.fields, strict=True) if i.column]
+    return [next(m for c, m in by_column if c == key) for key in plan.group_by]
 
 
 def keyed_upsert(source: DataFrame, keys: list[str], schema: StructType) -> MergeSpec:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.incremental_aggregate import GroupRecompute
@@ -36,6 +35,7 @@ from workers.jobs.incremental_apply import (
     Change,
     Scope,
     col,
+    group_columns,
     keyed_upsert,
     null_safe,
     q,
@@ -72,13 +72,6 @@ def join_having_change(
     return reached_groups_change(
         scope, joined.plan, joined.rows, joined.mv, joined.groups_at_v
     ), joined.shared
-
-
-def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
-    """The MV column of each GROUP BY key (items are the MV's columns, in order; a key selected twice
-    is matched by its first column)."""
-    by_column = [(i.column, f.name) for i, f in zip(plan.items, mv_schema.fields, strict=True) if i.column]
-    return [next(m for c, m in by_column if c == key) for key in plan.group_by]
 
 
 def reached_groups_change(

@@ -172,12 +172,8 @@ def joined_inputs(
     joined = _terms(plan, deltas, old, new, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
         _terms(plan, deltas, old, new, apply.DELETE_TYPES, signed_inputs("delete"))
     )
-    # The MV key column of each GROUP BY input, by position (the planner names keys by their input);
-    # a key selected twice is matched by its first column, as the merges do.
-    keys: dict[str, str] = {}
-    for item, field in zip(plan.items, mv.schema.fields, strict=True):
-        if item.column:
-            keys.setdefault(item.column, field.name)
+    # The MV key column of each GROUP BY input (the planner names keys by their input).
+    keys = dict(zip(plan.group_by, apply.group_columns(plan, mv.schema), strict=True))
     inputs = {i.name: i for i in plan.inputs}
 
     def groups_at_v(wanted: DataFrame | None) -> DataFrame:

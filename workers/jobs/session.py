@@ -74,10 +74,10 @@ def _apply_storage(session: SparkSession, settings: Settings) -> None:
     bucket on another endpoint gets its own. The same bucket cannot change endpoint in one process."""
     bucket = s3a_bucket(settings.warehouse)
     options = settings.storage.hadoop_options(bucket)
-    applied = tuple(sorted(options.items()))
-    if not options or _storage_applied.get(bucket or "") == applied:
+    applied, key = tuple(sorted(options.items())), bucket or ""
+    if not options or _storage_applied.get(key) == applied:
         return
-    if (bucket or "") in _storage_applied:
+    if key in _storage_applied:
         log.warning("bucket %s is already open with other storage options: the first ones stay", bucket)
         return
     # py4j logs every command it sends at DEBUG: these carry the credentials.
@@ -90,7 +90,7 @@ def _apply_storage(session: SparkSession, settings: Settings) -> None:
             hadoop_conf.set(key, value)
     finally:
         py4j_logger.setLevel(level)
-    _storage_applied[bucket or ""] = applied
+    _storage_applied[key] = applied
 
 
 def s3a_bucket(warehouse: str) -> str | None:
@@ -141,14 +141,11 @@ def _build(settings: Settings) -> SparkSession:
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
-    java_options = [settings.spark_java_options]
-    if (
-        settings.spark_master.startswith("local")
-        and "ArchiveClassesAtExit" not in settings.spark_java_options
-    ):
-        java_options.insert(0, class_archive.java_option(jars))
-    if any(java_options):
-        conf["spark.driver.extraJavaOptions"] = " ".join(option for option in java_options if option)
+    # The class archive fits a local driver's class path only (a cluster's driver has another).
+    archive = class_archive.java_option(jars) if settings.spark_master.startswith("local") else ""
+    java_options = " ".join(option for option in (archive, settings.spark_java_options) if option)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
     builder = SparkSession.builder.master(settings.spark_master).appName("mvs")
     for key, value in conf.items():
         builder = builder.config(key, value)
