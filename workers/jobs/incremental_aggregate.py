@@ -56,11 +56,11 @@ from workers.jobs.incremental_apply import (
     Scope,
     col,
     keyed_upsert,
-    narrowed_by_values,
     null_safe,
     q,
     signed,
 )
+from workers.jobs.key_filter import narrowed_by_values
 
 __all__ = ["GroupRecompute", "aggregate_merge", "needs_state"]
 

@@ -28,21 +28,13 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    DataType,
-    DateType,
-    DecimalType,
-    IntegralType,
-    MapType,
-    StringType,
-    StructType,
-    VariantType,
-)
+from pyspark.sql.types import MapType, StructType, VariantType
 
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import held
 from workers.jobs.guard import check_expression
+from workers.jobs.key_filter import key_filter
 from workers.jobs.refresh import run_query
 
 if TYPE_CHECKING:
@@ -58,8 +50,6 @@ ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
 # a semi-join instead. A long IN list costs more to plan and run than the broadcast it saves
 # (bench.fast_vs_complete, 1,000 groups: 1.3-3 s slower than the semi-join; 1 group: 2-3 jobs fewer).
 GROUP_FILTER_LIMIT = 50
-# Key types whose values survive the trip through the driver exactly as literals.
-LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
 # Without it, every join of a run's small frames is a broadcast: a Spark job of its own per side.
 _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 
@@ -80,35 +70,6 @@ def col(alias: str, name: str) -> Column:
 def null_safe(left: str, right: str, pairs: Sequence[tuple[str, str]]) -> Column:
     """``left.a <=> right.b AND …`` (TRUE for no pairs): MVs may hold NULL keys and values."""
     return reduce(lambda a, b: a & b, [col(left, x).eqNullSafe(col(right, y)) for x, y in pairs], F.lit(True))
-
-
-def among(column: Column, values: set[object], dtype: DataType) -> Column:
-    """``column IN (values)``, typed as the key column, and ``OR column IS NULL`` for a NULL value."""
-    present = [F.lit(v).cast(dtype) for v in values if v is not None]
-    found = column.isin(present) if present else F.lit(False)
-    return found | column.isNull() if None in values else found
-
-
-def narrowed_by_values(
-    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int
-) -> DataFrame | None:
-    """``frame`` filtered to the rows whose column ``f`` is among ``keys``' values of ``k`` (NULL too),
-    for every pair ``(f, k)``: a superset of the rows NULL-safely equal to a row of ``keys``, read
-    with a filter Delta skips files by (min/max statistics) instead of a broadcast semi-join (a job).
-    None when a column's type is not one literals keep exactly, or ``keys`` has more than ``limit``
-    rows. ``keys`` is meant to be held on the driver (its values then come back without a job)."""
-    mine = {f.name: f.dataType for f in frame.schema.fields}
-    theirs = {f.name: f.dataType for f in keys.schema.fields}
-    for f, k in pairs:
-        if mine.get(f) != theirs.get(k) or not isinstance(mine.get(f), LITERAL_TYPES):
-            return None
-    if not pairs:
-        return None
-    found = keys.select(*[F.col(q(k)) for _, k in pairs]).limit(limit + 1).collect()
-    if len(found) > limit:
-        return None
-    wanted = [among(F.col(q(f)), {row[i] for row in found}, mine[f]) for i, (f, _) in enumerate(pairs)]
-    return frame.where(reduce(lambda a, b: a & b, wanted))
 
 
 def unmatchable_columns(schema: StructType) -> list[str]:
@@ -187,11 +148,16 @@ def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
 
 def keyed_upsert(source: DataFrame, keys: list[str], schema: StructType) -> MergeSpec:
     """The MERGE of MV rows keyed by ``keys`` (NULL-safe): each source row's ``OP`` says whether its
-    key's row is deleted or upserted (updated when present, else inserted)."""
+    key's row is deleted or upserted (updated when present, else inserted). A few keys (the held
+    ``source``'s values, ``GROUP_FILTER_LIMIT``) are also listed for the target alone, so Delta
+    rewrites only the MV files that can hold them."""
     others = [f.name for f in schema.fields if f.name not in keys]
+    pairs = [(k, k) for k in keys]
+    condition = null_safe("t", "s", pairs)
+    narrow = key_filter(schema, pairs, source, limit=GROUP_FILTER_LIMIT)
     return MergeSpec(
         source=source,
-        condition=null_safe("t", "s", [(k, k) for k in keys]),
+        condition=condition & narrow.on("t") if narrow is not None else condition,
         delete_when=F.col(f"s.{OP}") == "delete",
         update_set={q(c): col("s", c) for c in others},
         insert_when=F.col(f"s.{OP}") == "upsert",
@@ -263,8 +229,11 @@ def projection_change(
         (added,) = held.sums(net, F.col(NET))
         return Change("append", change_rows, f"{added} rows added", appended=_copies(net, cols, NET))
     pairs = [(c, c) for c in cols]
+    # The MV files that can hold the shrinking rows: the only ones read, and rewritten by the MERGE.
+    narrow = key_filter(mv.schema, pairs, shrinking, limit=GROUP_FILTER_LIMIT, ranges=True)
     old = (
-        mv.alias("m")
+        (mv.where(narrow.on()) if narrow is not None else mv)
+        .alias("m")
         .join(F.broadcast(shrinking).alias("n"), null_safe("m", "n", pairs), "left_semi")
         .groupBy(*keyed)
         .agg(F.count(F.lit(1)).alias(OLD))
@@ -288,7 +257,9 @@ def projection_change(
     merge = MergeSpec(
         source=markers.unionByName(copies),
         # Only "del" markers match, so they delete every copy; copies never match and are inserted.
-        condition=(F.col(f"s.{OP}") == "del") & null_safe("t", "s", pairs),
+        condition=(F.col(f"s.{OP}") == "del")
+        & null_safe("t", "s", pairs)
+        & (narrow.on("t") if narrow is not None else F.lit(True)),
         delete_when=F.col(f"s.{OP}") == "del",
         update_set={},
         insert_when=F.col(f"s.{OP}") == "ins",

@@ -37,6 +37,7 @@ from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append
 from workers.jobs import incremental_apply as apply
 from workers.jobs.incremental_aggregate import GroupRecompute, aggregate_merge
+from workers.jobs.key_filter import narrowed_by_values
 from workers.jobs.refresh import read_at, run_query
 from workers.worker.request import RunRequest
 
@@ -199,7 +200,7 @@ def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls:
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
-    found = apply.narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
+    found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
     if found is not None:
         return found
     same = apply.col("f", target.name).eqNullSafe if nulls else apply.col("f", target.name).__eq__

@@ -1,0 +1,92 @@
+"""Key filters (``workers.jobs.key_filter``) keep every row a key can match (real Spark), and a FAST
+projection's MERGE after a delete rewrites only the MV file that held the deleted row (real Delta)."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.run_requests import run_request
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs import incremental, key_filter, mvlog, refresh, run_stats, tables
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "id long, name string, price decimal(10,2), day date, ratio double"
+PAIRS = [("id", "id"), ("name", "name"), ("price", "price"), ("day", "day"), ("ratio", "ratio")]
+
+_rows = st.tuples(
+    st.one_of(st.none(), st.integers(-5, 5)),
+    st.one_of(st.none(), st.sampled_from(["", "a", "ab", "b", "é"])),
+    st.one_of(st.none(), st.decimals("-9.99", "9.99", places=2)),
+    st.one_of(st.none(), st.dates(datetime.date(1999, 12, 30), datetime.date(2000, 1, 3))),
+    st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5])),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(_rows, min_size=0, max_size=6), table=st.lists(_rows, max_size=12), few=st.booleans())
+def test_a_key_filter_keeps_every_row_a_key_matches(
+    spark: Any, keys: list[tuple[Any, ...]], table: list[tuple[Any, ...]], few: bool
+) -> None:
+    key_frame = spark.createDataFrame(keys, SCHEMA)
+    frame = spark.createDataFrame(table + keys, SCHEMA)  # every key row has a match
+    limit = 10 if few else 0  # IN lists, or the ranges the keys span
+    found = key_filter.key_filter(frame.schema, PAIRS, key_frame, limit=limit, ranges=True)
+    assert found is not None
+    # Floating point is never narrowed: its literals are not exact.
+    assert {p.column for p in found.parts} == {"id", "name", "price", "day"}
+    assert not found.complete  # so a caller still joins to match exactly
+    kept = {tuple(r) for r in frame.where(found.on()).collect()}
+    matched = {tuple(r) for r in frame.collect() if any(_null_safe_equal(r, k) for k in keys)}
+    assert matched <= kept
+    if few:  # IN lists of every narrowed column: nothing outside them is kept
+        for row in kept:
+            for i, column in enumerate(("id", "name", "price", "day")):
+                assert row[i] in {k[i] for k in keys}, column
+
+
+def _null_safe_equal(row: Any, key: tuple[Any, ...]) -> bool:
+    same = [(a is None) == (b is None) and (a is None or a == b) for a, b in zip(row, key, strict=True)]
+    return all(same)
+
+
+def test_ranges_need_a_flag_past_the_limit(spark: Any) -> None:
+    keys = spark.createDataFrame([(1, "a", Decimal("1.00"), None, None)] * 3, SCHEMA)
+    assert key_filter.key_filter(keys.schema, PAIRS, keys, limit=2) is None
+    assert key_filter.key_filter(keys.schema, [("ratio", "ratio")], keys, limit=5) is None
+
+
+def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    query = "SELECT id, amount FROM sales"
+    tables.create_table(
+        spark, s, "sales", [{"id": i, "amount": i % 7} for i in range(100)], "id long, amount long"
+    )
+    mvlog.create_mv_log(spark, s, "sales")
+    assert refresh.refresh_complete(spark, s, run_request(s, "mv", query, run="build")).applied
+    for batch in (1, 2):  # two appends: more MV files, each of ids of its own batch
+        tables.append(spark, s, "sales", [{"id": batch * 100 + i, "amount": i % 7} for i in range(100)])
+        request = run_request(s, "mv", query, mode="FAST", run=f"append-{batch}")
+        assert incremental.refresh_incremental(spark, s, request).applied
+    spark.sql(f"DELETE FROM delta.`{warehouse.table_path(s, 'sales')}` WHERE id = 150")
+    request = run_request(s, "mv", query, mode="FAST", run="delete", job_group="key-filter-delete")
+    result = incremental.refresh_incremental(spark, s, request)
+    assert result.applied and "rewrite merge" in (result.message or ""), result.message
+    metrics = tables.delta_history(spark, s, "mv")[0]["operationMetrics"]
+    assert metrics["numTargetFilesRemoved"] == "1", metrics
+    assert metrics["numTargetRowsDeleted"] == "1", metrics
+    # The MERGE reads only the MV file(s) whose ids span 150 (of the batch 100..199), to find the
+    # matches and to rewrite them: without the filter on the target it reads all 300 MV rows.
+    merged = run_stats.group_stats(spark, "key-filter-delete", step="commit (rewrite merge)")
+    assert 0 < merged.rows_read < 2 * 100, merged
+    rows = sorted(tuple(r.values()) for r in tables.read_table(spark, s, "mv"))
+    assert rows == sorted((i, i % 100 % 7) for i in range(300) if i != 150)
