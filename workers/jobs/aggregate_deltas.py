@@ -14,6 +14,7 @@ from pyspark.sql.types import DataType, DecimalType, StructType
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
 from workers.jobs import aggregate_values as values_of
 from workers.jobs.aggregate_state import StateWrite
+from workers.jobs.columns import col, q
 from workers.jobs.incremental_apply import (
     _P,
     ALL_ROWS,
@@ -23,9 +24,7 @@ from workers.jobs.incremental_apply import (
     SIGN,
     MergeSpec,
     Scope,
-    col,
     null_safe,
-    q,
 )
 
 NEG = f"{_P}neg"

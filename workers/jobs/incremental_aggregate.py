@@ -44,6 +44,7 @@ from workers.jobs.aggregate_deltas import (
     tracked_columns,
 )
 from workers.jobs.aggregate_state import StateStore, StateWrite, layout_id
+from workers.jobs.columns import col, q
 from workers.jobs.incremental_apply import (
     _P,
     ALL_ROWS,
@@ -54,13 +55,11 @@ from workers.jobs.incremental_apply import (
     ROWS,
     Change,
     Scope,
-    col,
     keyed_upsert,
     null_safe,
-    q,
     signed,
 )
-from workers.jobs.key_filter import narrowed_by_values
+from workers.jobs.key_filter import KeyFilter, key_filter
 
 __all__ = ["GroupRecompute", "aggregate_merge", "needs_state"]
 
@@ -124,7 +123,9 @@ def aggregate_merge(
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
     # Only the MV rows of changed groups: a filter on their key values, or a semi-join against the
     # small delta (broadcast). Either way the MV is never shuffled whole.
-    touched = _of_groups(mv, [(m, k) for k, m in dkeys], delta)
+    mv_pairs = [(m, k) for k, m in dkeys]
+    listed = key_filter(mv.schema, mv_pairs, delta, limit=apply.GROUP_FILTER_LIMIT)  # also the MERGE's
+    touched = _of_groups(mv, mv_pairs, delta, listed)
     marked = touched.withColumn(PRESENT, F.lit(True))
     joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
@@ -138,7 +139,8 @@ def aggregate_merge(
         skeys = [(k, k) for k, _ in dkeys]
         kept = state.read(layout)
         if kept is not None:  # the state of the changed groups, plus the deltas
-            held = _of_groups(kept, skeys, delta).withColumn(IN_STATE, F.lit(True)).alias("st")
+            state_listed = key_filter(kept.schema, skeys, delta, limit=apply.GROUP_FILTER_LIMIT)
+            held = _of_groups(kept, skeys, delta, state_listed).withColumn(IN_STATE, F.lit(True)).alias("st")
             joined = joined.join(held, null_safe("d", "st", skeys), "left")
             new = state_columns(tracked, "st", "d")
             note = f", state kept in {state.table}"
@@ -251,17 +253,19 @@ def aggregate_merge(
     if recomputed:  # the base at v, restricted to those groups, read once
         fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
         source = scope.in_memory(source.unionByName(fresh))
-    merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema)
+    merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema, listed)
     summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
     return Change("keyed merge", change_rows, summary, merge=merge, state=write)
 
 
-def _of_groups(frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame) -> DataFrame:
+def _of_groups(
+    frame: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame, listed: KeyFilter | None
+) -> DataFrame:
     """The rows of ``frame`` (the MV, or its state) of the groups ``delta`` lists, or a superset:
-    pairs are (column of ``frame``, key column of ``delta``), matched NULL-safely."""
-    found = narrowed_by_values(frame, pairs, delta, apply.GROUP_FILTER_LIMIT)
-    if found is not None:
-        return found
+    pairs are (column of ``frame``, key column of ``delta``), matched NULL-safely. ``listed``: the
+    IN lists of ``delta``'s keys on ``frame`` (``key_filter``), enough alone when complete."""
+    if listed is not None and listed.complete:
+        return frame.where(listed.on())
     return frame.alias("o").join(F.broadcast(delta).alias("b"), null_safe("o", "b", pairs), "left_semi")
 
 

@@ -33,8 +33,9 @@ from pyspark.sql.types import MapType, StructType, VariantType
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import held
+from workers.jobs.columns import col, q
 from workers.jobs.guard import check_expression
-from workers.jobs.key_filter import key_filter
+from workers.jobs.key_filter import KeyFilter, key_filter
 from workers.jobs.refresh import run_query
 
 if TYPE_CHECKING:
@@ -56,15 +57,6 @@ _BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 
 class Inconsistent(Exception):
     """The MV content cannot be what its watermark says (e.g. more deletes than copies)."""
-
-
-def q(name: str) -> str:
-    """Backtick-quote a column name for Spark."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def col(alias: str, name: str) -> Column:
-    return F.col(f"{alias}.{q(name)}")
 
 
 def null_safe(left: str, right: str, pairs: Sequence[tuple[str, str]]) -> Column:
@@ -146,15 +138,19 @@ def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
     return [next(m for c, m in by_column if c == key) for key in plan.group_by]
 
 
-def keyed_upsert(source: DataFrame, keys: list[str], schema: StructType) -> MergeSpec:
+def keyed_upsert(
+    source: DataFrame, keys: list[str], schema: StructType, narrow: KeyFilter | None = None
+) -> MergeSpec:
     """The MERGE of MV rows keyed by ``keys`` (NULL-safe): each source row's ``OP`` says whether its
-    key's row is deleted or upserted (updated when present, else inserted). A few keys (the held
-    ``source``'s values, ``GROUP_FILTER_LIMIT``) are also listed for the target alone, so Delta
-    rewrites only the MV files that can hold them."""
+    key's row is deleted or upserted (updated when present, else inserted). A few keys are also
+    listed for the target alone, so Delta rewrites only the MV files that can hold them: ``narrow``
+    (a filter on the MV's key columns the caller already made from a superset of ``source``'s keys),
+    else the held ``source``'s values (``GROUP_FILTER_LIMIT``)."""
     others = [f.name for f in schema.fields if f.name not in keys]
     pairs = [(k, k) for k in keys]
     condition = null_safe("t", "s", pairs)
-    narrow = key_filter(schema, pairs, source, limit=GROUP_FILTER_LIMIT)
+    if narrow is None:
+        narrow = key_filter(schema, pairs, source, limit=GROUP_FILTER_LIMIT)
     return MergeSpec(
         source=source,
         condition=condition & narrow.on("t") if narrow is not None else condition,

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.ddl.plan import FastRefreshPlan
+from workers.jobs.columns import col, q
 from workers.jobs.incremental_aggregate import GroupRecompute
 from workers.jobs.incremental_apply import (
     ALL_ROWS,
@@ -34,11 +35,9 @@ from workers.jobs.incremental_apply import (
     ROWS,
     Change,
     Scope,
-    col,
     group_columns,
     keyed_upsert,
     null_safe,
-    q,
 )
 from workers.jobs.incremental_join import Ranges, joined_inputs, narrowed
 from workers.worker.request import RunRequest

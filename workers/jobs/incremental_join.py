@@ -36,6 +36,7 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append
 from workers.jobs import incremental_apply as apply
+from workers.jobs.columns import col, q
 from workers.jobs.incremental_aggregate import GroupRecompute, aggregate_merge
 from workers.jobs.key_filter import narrowed_by_values
 from workers.jobs.refresh import read_at, run_query
@@ -159,7 +160,7 @@ def joined_inputs(
     bases = _bases(scope, plan, ranges)
     mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
     assert plan.source is not None
-    columns = [f"{i.sql} AS {apply.q(i.name)}" for i in plan.inputs] or [f"TRUE AS {apply.q(_KEY)}"]
+    columns = [f"{i.sql} AS {q(i.name)}" for i in plan.inputs] or [f"TRUE AS {q(_KEY)}"]
     inputs_sql = f"SELECT {', '.join(columns)} {plan.source}"
 
     def signed_inputs(kind: str) -> Callable[[Tables], DataFrame]:
@@ -194,7 +195,7 @@ def joined_inputs(
 def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
     """``frame``'s rows whose ``column`` equals a value of ``keys.key`` (NULL-safe when ``nulls``):
     a superset of the rows an equality with those keys can use, the only rows a term needs."""
-    wanted = keys.select(F.col(apply.q(key)).alias(_KEY))
+    wanted = keys.select(F.col(q(key)).alias(_KEY))
     if not nulls:
         wanted = wanted.where(F.col(_KEY).isNotNull())
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
@@ -203,6 +204,6 @@ def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls:
     found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
     if found is not None:
         return found
-    same = apply.col("f", target.name).eqNullSafe if nulls else apply.col("f", target.name).__eq__
+    same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")

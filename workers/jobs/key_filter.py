@@ -18,13 +18,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType, StructType
 
+from workers.jobs.columns import col, q
+
 # Key types whose values survive the trip through the driver exactly as literals.
 LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
 
 
 def _ref(alias: str | None, name: str) -> Column:
-    quoted = "`" + name.replace("`", "``") + "`"
-    return F.col(f"{alias}.{quoted}" if alias else quoted)
+    return col(alias, name) if alias else F.col(q(name))
 
 
 def among(column: Column, values: set[object], dtype: DataType) -> Column:
