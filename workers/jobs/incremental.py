@@ -244,8 +244,9 @@ def _run_session(spark: SparkSession) -> SparkSession:
     with its own commit confs."""
     # A run handles small data (change rows, affected groups; big sides are joined by broadcast):
     # without AQE each query is one job instead of one per stage (measured: half the jobs, and
-    # 15-30% faster). Results do not depend on it.
-    child = session_module.run_session(spark, adaptive=False)
+    # 15-30% faster); and interpreted, not compiled (see ``session.INTERPRETED``). Results do not
+    # depend on either.
+    child = session_module.run_session(spark, adaptive=False, codegen=False)
     for key in _COMMIT_CONFS:
         child.conf.unset(key)
     return child

@@ -182,19 +182,32 @@ RUN_CONF = {"spark.sql.runSQLOnFiles": "false", "spark.sql.limit.initialNumParti
 # wants few jobs turns it off (``run_session(adaptive=False)``). Results do not depend on it.
 ADAPTIVE = "spark.sql.adaptive.enabled"
 
+# Spark compiles generated Java (Janino) for every new plan, and a run's plans are new each time: its
+# literals (key IN lists, versions) are inlined in the code, so the compile cache misses. On a run's
+# small inputs that compile costs more than interpreting the rows (measured with ``bench.
+# fast_vs_complete``'s shapes, 100-row changes of a 100k-row base: FAST p50 6.9 → 4.6 s aggregate,
+# 4.4 → 3.0 s projection; 50k-row changes of a 5M-row base: the same within noise). Spark runs its own
+# test suites in this mode too, so results do not depend on it. Whole-stage codegen alone off gained
+# nothing: the per-expression factories are where the time went.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
-def run_session(spark: SparkSession, *, adaptive: bool = True) -> SparkSession:
+
+def run_session(spark: SparkSession, *, adaptive: bool = True, codegen: bool = True) -> SparkSession:
     """A session of one run's own: a clone of ``spark`` (same SQL conf and registered functions, e.g.
     operator-allowed UDFs) whose temp views and conf changes stay private. It shares the SparkContext,
     so the run's job group and cancellation work unchanged; it needs no closing (the JVM session is
     collected with its last reference; the run drops the views it made). ``adaptive=False`` turns off
-    adaptive query execution in it (see ``ADAPTIVE``)."""
+    adaptive query execution in it (see ``ADAPTIVE``), ``codegen=False`` code generation (see
+    ``INTERPRETED``)."""
     jvm_session = spark._jsparkSession.cloneSession()  # noqa: SLF001 - not exposed in PySpark
     session = SparkSession(spark.sparkContext, jvm_session)
     for key, value in RUN_CONF.items():
         session.conf.set(key, value)
     if not adaptive:
         session.conf.set(ADAPTIVE, "false")
+    if not codegen:
+        for key, value in INTERPRETED.items():
+            session.conf.set(key, value)
     return session
 
 
