@@ -183,12 +183,12 @@ RUN_CONF = {"spark.sql.runSQLOnFiles": "false", "spark.sql.limit.initialNumParti
 ADAPTIVE = "spark.sql.adaptive.enabled"
 
 # Spark compiles generated Java (Janino) for every new plan, and a run's plans are new each time: its
-# literals (key IN lists, versions) are inlined in the code, so the compile cache misses. On a run's
-# small inputs that compile costs more than interpreting the rows (measured with ``bench.
-# fast_vs_complete``'s shapes, 100-row changes of a 100k-row base: FAST p50 6.9 → 4.6 s aggregate,
-# 4.4 → 3.0 s projection; 50k-row changes of a 5M-row base: the same within noise). Spark runs its own
-# test suites in this mode too, so results do not depend on it. Whole-stage codegen alone off gained
-# nothing: the per-expression factories are where the time went.
+# literals (key IN lists, versions) are inlined in the code, so the compile cache misses. On small
+# tables that compile costs more than interpreting the rows (measured with ``bench.fast_vs_complete``'s
+# shapes, 100-row changes of a 100k-row base: FAST p50 6.9 → 4.6 s aggregate, 4.4 → 3.0 s projection);
+# on big ones it does not (``incremental.INTERPRET_LIMIT_BYTES``). Spark runs its own test suites in
+# this mode too: results do not depend on it. Whole-stage codegen alone off gained nothing: the
+# per-expression factories are where the time went.
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 

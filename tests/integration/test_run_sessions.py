@@ -1,0 +1,55 @@
+"""A FAST run interprets its plans on small tables and compiles them on big ones (real Spark + Delta):
+the choice reads Delta's checksum files, and results do not depend on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs import incremental, session, tables
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "id long, region string, amount double"
+
+
+def test_runs_interpret_only_while_the_mv_and_its_bases_are_small(
+    spark: Any, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    rows = [{"id": i, "region": f"r{i % 3}", "amount": i / 7} for i in range(50)]
+    tables.create_table(spark, s, "sales", rows, SCHEMA)
+    tables.create_table(spark, s, "mv", rows[:5], SCHEMA)
+    assert incremental.small_tables(s, {"sales": 0, "mv": 0})
+
+    size = sum(int((warehouse.read_checksum(s, name, 0) or {})["tableSizeBytes"]) for name in ("sales", "mv"))
+    monkeypatch.setattr(incremental, "INTERPRET_LIMIT_BYTES", size - 1)  # one byte too many
+    assert not incremental.small_tables(s, {"sales": 0, "mv": 0})
+    monkeypatch.setattr(incremental, "INTERPRET_LIMIT_BYTES", size)
+    assert incremental.small_tables(s, {"sales": 0, "mv": 0})
+
+    # A writer that left no checksum file: its size is unknown, so the run compiles.
+    Path(warehouse.local_table_dir(s, "mv"), "_delta_log", f"{0:020d}.crc").unlink()
+    assert not incremental.small_tables(s, {"sales": 0, "mv": 0})
+
+
+def test_an_interpreted_run_session_returns_what_a_compiled_one_does(
+    spark: Any, local_settings: Settings
+) -> None:
+    rows = [{"id": i, "region": None if i % 5 == 0 else f"r{i % 3}", "amount": i / 7} for i in range(200)]
+    tables.create_table(spark, local_settings, "sales", rows, SCHEMA)
+    query = (
+        "SELECT region, COUNT(*) AS n, SUM(amount) AS total, MAX(id) AS top FROM sales "
+        "WHERE id NOT IN (3, 4, 5) GROUP BY region"
+    )
+    results = []
+    for codegen in (True, False):
+        run = session.run_session(spark, adaptive=False, codegen=codegen)
+        assert run.conf.get("spark.sql.codegen.wholeStage") == str(codegen).lower()
+        run.read.format("delta").load(warehouse.table_path(local_settings, "sales")).createTempView("sales")
+        results.append(sorted(map(tuple, run.sql(query).collect()), key=repr))
+    assert results[0] == results[1] and len(results[0]) == 4
