@@ -10,7 +10,7 @@ import pytest
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, session, tables
+from workers.jobs import session, tables
 
 pytestmark = pytest.mark.integration
 
@@ -24,17 +24,17 @@ def test_runs_interpret_only_while_the_mv_and_its_bases_are_small(
     rows = [{"id": i, "region": f"r{i % 3}", "amount": i / 7} for i in range(50)]
     tables.create_table(spark, s, "sales", rows, SCHEMA)
     tables.create_table(spark, s, "mv", rows[:5], SCHEMA)
-    assert incremental.small_tables(s, {"sales": 0, "mv": 0})
+    assert session.small_tables(s, {"sales": 0, "mv": 0})
 
     size = sum(int((warehouse.read_checksum(s, name, 0) or {})["tableSizeBytes"]) for name in ("sales", "mv"))
-    monkeypatch.setattr(incremental, "INTERPRET_LIMIT_BYTES", size - 1)  # one byte too many
-    assert not incremental.small_tables(s, {"sales": 0, "mv": 0})
-    monkeypatch.setattr(incremental, "INTERPRET_LIMIT_BYTES", size)
-    assert incremental.small_tables(s, {"sales": 0, "mv": 0})
+    monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", size - 1)  # one byte too many
+    assert not session.small_tables(s, {"sales": 0, "mv": 0})
+    monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", size)
+    assert session.small_tables(s, {"sales": 0, "mv": 0})
 
     # A writer that left no checksum file: its size is unknown, so the run compiles.
     Path(warehouse.local_table_dir(s, "mv"), "_delta_log", f"{0:020d}.crc").unlink()
-    assert not incremental.small_tables(s, {"sales": 0, "mv": 0})
+    assert not session.small_tables(s, {"sales": 0, "mv": 0})
 
 
 def test_an_interpreted_run_session_returns_what_a_compiled_one_does(

@@ -122,8 +122,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         found = _check(spark, settings, request, plan)
         if found.watermark.epoch > epoch:
             return _fenced_out(found.watermark, epoch)
-        pinned = {request.mv_name: found.mv_version, **{b: until for b, (_, until) in found.ranges.items()}}
-        session = _run_session(spark, interpreted=small_tables(settings, pinned))
+        tables = {request.mv_name: found.mv_version, **request.pinned}
+        session = _run_session(spark, interpreted=session_module.small_tables(settings, tables))
         if found.watermark.epoch < epoch:
             _fence(session, settings, request, found.until)
             _state_store(session, settings, request, found).fence(request.task_id, epoch)
@@ -250,28 +250,6 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
     for key in _COMMIT_CONFS:
         child.conf.unset(key)
     return child
-
-
-# Up to this many bytes in the MV and its bases, a run interprets instead of compiling its plans. A run
-# compiles new code each time (its literals differ), a fixed cost; interpreting costs per row, and a run
-# may read a base (a join's other side, groups recomputed) or rewrite MV files whole. Measured with
-# ``bench.fast_vs_complete``: at 100k base rows (~1 MB) interpreted runs took a third less time; at 5M
-# (~30 MB) the same within noise; at 50M (~300 MB), rewrite merges of 1.25M-row MV files took 1.6-1.7x
-# as long (aggregates, which read little, still gained).
-INTERPRET_LIMIT_BYTES = 64 << 20
-
-
-def small_tables(settings: Settings, versions: Mapping[str, int]) -> bool:
-    """Whether the tables at these versions (a run's MV and pinned bases) hold at most
-    ``INTERPRET_LIMIT_BYTES`` in all, by Delta's per-version checksum files (no Spark). A table
-    without one counts as large."""
-    total = 0
-    for name, version in versions.items():
-        size = (warehouse.read_checksum(settings, name, version) or {}).get("tableSizeBytes")
-        if not isinstance(size, int):
-            return False
-        total += size
-    return total <= INTERPRET_LIMIT_BYTES
 
 
 def _fence(session: SparkSession, settings: Settings, request: RunRequest, until: int) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from workers import warehouse
 from workers.config import CACHE_DIR, Settings, spark_location
 from workers.jobs import class_archive
 
@@ -186,10 +187,30 @@ ADAPTIVE = "spark.sql.adaptive.enabled"
 # literals (key IN lists, versions) are inlined in the code, so the compile cache misses. On small
 # tables that compile costs more than interpreting the rows (measured with ``bench.fast_vs_complete``'s
 # shapes, 100-row changes of a 100k-row base: FAST p50 6.9 → 4.6 s aggregate, 4.4 → 3.0 s projection);
-# on big ones it does not (``incremental.INTERPRET_LIMIT_BYTES``). Spark runs its own test suites in
+# on big ones it does not (``INTERPRET_LIMIT_BYTES``). Spark runs its own test suites in
 # this mode too: results do not depend on it. Whole-stage codegen alone off gained nothing: the
 # per-expression factories are where the time went.
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+# Up to this many bytes in a FAST run's MV and bases, it interprets. Compiling is a fixed cost per run;
+# interpreting costs per row, and a run may read a base (a join's other side, groups recomputed) or
+# rewrite MV files whole. Measured with ``bench.fast_vs_complete``: at 100k base rows (~1 MB)
+# interpreted runs took a third less time; at 5M (~30 MB) the same within noise; at 50M (~300 MB)
+# rewrite merges of 1.25M-row MV files took 1.3-1.7x as long (aggregates, which read little, gained).
+INTERPRET_LIMIT_BYTES = 64 << 20
+
+
+def small_tables(settings: Settings, versions: dict[str, int]) -> bool:
+    """Whether the tables at these versions (a run's MV and pinned bases) hold at most
+    ``INTERPRET_LIMIT_BYTES`` in all, by Delta's per-version checksum files (no Spark). A table
+    without one counts as large."""
+    total = 0
+    for name, version in versions.items():
+        size = (warehouse.read_checksum(settings, name, version) or {}).get("tableSizeBytes")
+        if not isinstance(size, int):
+            return False
+        total += size
+    return total <= INTERPRET_LIMIT_BYTES
 
 
 def run_session(spark: SparkSession, *, adaptive: bool = True, codegen: bool = True) -> SparkSession:
