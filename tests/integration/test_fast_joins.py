@@ -39,7 +39,8 @@ def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """A test that takes it runs two ways: the change rows' join keys pushed into the other side's
     read as values, the small frames held on the driver; and (as for a large change set) the keys as
     a semi-join (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors. (The others run the
-    first way only: they test shapes, not the narrowing.)"""
+    first way only: they test shapes, not the narrowing. Frames on the executors under a rewrite
+    merge: tests/integration/test_fast_plans.py.)"""
     if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
         monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", 0)
@@ -90,9 +91,7 @@ def _operation(spark: Any, settings: Settings, mv: str) -> str:
     return str(tables.delta_history(spark, settings, mv)[0]["operation"])
 
 
-def test_a_two_table_projection_follows_both_sides(
-    spark: Any, local_settings: Settings, narrowing: str
-) -> None:
+def test_a_two_table_projection_follows_both_sides(spark: Any, local_settings: Settings) -> None:
     s = local_settings
     customers = [_customer(1, "ann", "eu"), _customer(2, "bob", "us"), _customer(None, "nil", "eu")]
     orders = [_order(10, 1, 5), _order(11, 1, 5), _order(12, 2, 3), _order(13, None, 4), _order(14, 2, 0)]
