@@ -255,6 +255,49 @@ def test_a_global_aggregate_emptied_and_refilled(spark: Any, local_settings: Set
     assert "0 recomputed" in _fast(spark, s, "f3", query)
 
 
+def test_integer_and_decimal_sums_need_no_count_and_no_state(spark: Any, local_settings: Settings) -> None:
+    """SUM of integers/decimals without COUNT(col): NULL exactly when no non-NULL value is left, told by
+    the old sum and the non-NULL counts in and out; only a sum come to exactly 0 after deletes is
+    recomputed (all gone, or values left that cancel)."""
+    s = local_settings
+    query = "SELECT g, COUNT(*) AS n, SUM(v) AS s_v, SUM(d) AS s_d FROM sales GROUP BY g"
+    _build(
+        spark,
+        s,
+        [_row(1, "a", 5, "1.25", None), _row(2, "a", None, None, None), _row(3, "b", 2, "3.10", None)],
+        query,
+    )
+    # Group a loses its only non-NULL values (its sums go NULL: the old sums and 1 out, 0 in can't
+    # tell, the sums are 0: recomputed); b gains a NULL and a value; c arrives with NULLs only.
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")
+    tables.append(spark, s, "sales", [_row(4, "b", None, None, None), _row(5, "b", 3, "1.00", None)])
+    tables.append(spark, s, "sales", [_row(6, "c", None, None, None)])
+    first = _fast(spark, s, "f1", query)
+    assert "3 groups changed, 1 recomputed from the base" in first and "state" not in first, first
+    assert _group(spark, s, "a") == {"g": "a", "n": 1, "s_v": None, "s_d": None}
+    assert not _state_exists(s)
+
+    # c's NULL sums gain a value and lose it in one range (NULL again); b's sums come to exactly 0 with
+    # as many values in as out (0, not NULL: no re-read); a value moves from b to a.
+    tables.append(spark, s, "sales", [_row(7, "c", 4, "2.00", None), _row(8, "b", -10, "-8.35", None)])
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 7")
+    _dml(spark, s, "UPDATE {sales} SET g = 'a' WHERE id = 5")
+    tables.append(spark, s, "sales", [_row(9, "b", 8, "5.25", None)])
+    second = _fast(spark, s, "f2", query)
+    assert "3 groups changed, 0 recomputed from the base" in second, second
+    assert _group(spark, s, "b") == {"g": "b", "n": 4, "s_v": 0, "s_d": Decimal("0.00")}
+    assert _group(spark, s, "c") == {"g": "c", "n": 1, "s_v": None, "s_d": None}
+    assert _group(spark, s, "a") == {"g": "a", "n": 2, "s_v": 3, "s_d": Decimal("1.00")}
+
+    # b loses two values and gains one, its sums 0 again: left values that cancel, or none? Recomputed.
+    tables.append(spark, s, "sales", [_row(10, "b", 10, "8.35", None)])
+    _dml(spark, s, "DELETE FROM {sales} WHERE id IN (3, 9)")
+    third = _fast(spark, s, "f3", query)
+    assert "1 groups changed, 1 recomputed from the base" in third, third
+    assert _group(spark, s, "b") == {"g": "b", "n": 3, "s_v": 0, "s_d": Decimal("0.00")}
+    assert not _state_exists(s)
+
+
 def test_mv_names_cannot_take_the_state_suffix() -> None:
     assert "reserved for MV state tables" in (mv_name_problem("sales__mvstate") or "")
     assert warehouse.state_table_name("x" * 128) == "x" * 128 + "__mvstate"

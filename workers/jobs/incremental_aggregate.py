@@ -5,13 +5,14 @@ non-NULL counts inserted/deleted, the exact sum and MIN/MAX of what was inserted
 joined to the MV rows of those groups only (and to their helper state, when the MV keeps one), and
 each group's new row is derived:
 
-* with helper state (``aggregate_state``; kept when ``needs_state``: AVG, SUM of floating point, SUM
-  without COUNT(col), GROUP BY without COUNT(*)): COUNT(*), COUNT(col), SUM and AVG come from the new
+* with helper state (``aggregate_state``; kept when ``needs_state``: AVG, SUM of floating point,
+  GROUP BY without COUNT(*)): COUNT(*), COUNT(col), SUM and AVG come from the new
   state (old + delta), exactly (``aggregate_values``), and a group whose COUNT(*) reaches 0 is
   deleted — no base read. When the state cannot be trusted it is rebuilt from the input at the pinned
   version in one pass, and the new state of the changed groups is read from it instead.
 * without (every value visible in the MV suffices): COUNT and SUM of integers/decimals are merged
-  from the MV's own columns, as before.
+  from the MV's own columns. A SUM without its COUNT(col) is NULL exactly when no non-NULL value is
+  left, which its old value and the deltas tell but in one rare case (``_sum_left``): recomputed.
 
 MIN/MAX of a group whose current extreme is deleted, a floating sum holding a value too large or too
 fine to keep exactly, and the odd case the rules cannot prove exact are recomputed with the MV query
@@ -74,15 +75,26 @@ def _exact_type(dtype: DataType) -> bool:
 
 def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
     """Whether some value cannot be derived from what the MV shows (then the MV keeps helper state)."""
-    counted = {a.item.column for a in aggs if a.item.function == "COUNT" and a.item.column}
     if plan.group_by and not any(a.item.function == "COUNT" and a.item.column is None for a in aggs):
         return True  # nothing visible says a group vanished
     for a in aggs:
         if a.item.function == "AVG":
             return True
-        if a.item.function == "SUM" and (not _exact_type(a.dtype) or a.item.column not in counted):
+        if a.item.function == "SUM" and not _exact_type(a.dtype):
             return True
     return False
+
+
+def _sum_left(old: Column, total: Column, inserted: Column, deleted: Column) -> tuple[Column, Column]:
+    """(some non-NULL value is left, none is) in a group whose exact SUM of integers or decimals had
+    value ``old`` (NULL: no non-NULL value, or no such group yet), now ``total``, after ``inserted``
+    and ``deleted`` non-NULL values — without COUNT(col). Where neither holds (values went, none came
+    back as many, and the sum came to exactly 0: all gone, or some left that cancel), the group is
+    recomputed. So SUM needs no helper state: Oracle asks for COUNT(col) beside it; a sum of 0 after a
+    delete is rare enough to re-read."""
+    was_empty = old.isNull()
+    some_left = F.when(was_empty, inserted > deleted).otherwise((inserted >= deleted) | (total != 0))
+    return some_left, was_empty & (inserted == deleted)
 
 
 def aggregate_merge(
@@ -205,9 +217,10 @@ def aggregate_merge(
             if nonnull is not None:  # COUNT(col) says when the sum becomes NULL (no non-NULL value left)
                 recompute = recompute | ((nonnull != 0) & unusable)
                 values[a.mv_col] = F.when(nonnull == 0, F.lit(None)).otherwise(value)
-            else:
-                recompute = recompute | (d(t.name("tm")) > 0) | ((d(t.name("tp")) > 0) & unusable)
-                values[a.mv_col] = F.when(d(t.name("tp")) > 0, value).otherwise(old(a))
+            else:  # NULL once no non-NULL value is left (``_sum_left``)
+                some_left, none_left = _sum_left(old(a), total, d(t.name("tp")), d(t.name("tm")))
+                recompute = recompute | ~(some_left | none_left) | (some_left & unusable)
+                values[a.mv_col] = F.when(none_left, F.lit(None)).otherwise(value)
         elif fn in ("MIN", "MAX") and column:
             removed, current = d(a.name("m")), old(a)
             hits = removed <= current if fn == "MIN" else removed >= current
