@@ -28,7 +28,7 @@ AGGREGATES = {
     # Algebraic on inserts and most deletes (COUNT(*) and COUNT(amount) are visible).
     "mv_sums": "SELECT region, COUNT(*) AS n, COUNT(amount) AS n_amount, SUM(amount) AS total, "
     "MIN(amount) AS lo, MAX(amount) AS hi FROM sales GROUP BY region",
-    # AVG, a decimal SUM without its COUNT, and a WHERE: touched groups are recomputed.
+    # AVG (helper state), a decimal SUM without its COUNT, a MIN and a WHERE.
     "mv_avg": "SELECT region, AVG(amount) AS mean, SUM(price) AS revenue, MIN(amount) AS lo "
     "FROM sales WHERE amount > 0 GROUP BY region",
     "mv_all": "SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(amount) AS hi FROM sales",
