@@ -25,6 +25,7 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -104,7 +105,7 @@ def fast_refresh_blocker(spark: SparkSession, settings: Settings, request: RunRe
     try:
         plan = fast_plan(request)
         state = _check(spark, settings, request, plan)
-        _check_schema_once(spark, settings, request, plan, state)
+        _check_schema_once(spark, settings, request, plan, state, session_module.run_checksums(settings))
     except FastRefreshNotPossible as why:
         return why.reason
     return None
@@ -122,8 +123,9 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         found = _check(spark, settings, request, plan)
         if found.watermark.epoch > epoch:
             return _fenced_out(found.watermark, epoch)
+        checksum = session_module.run_checksums(settings)
         tables = {request.mv_name: found.mv_version, **request.pinned}
-        session = _run_session(spark, interpreted=session_module.small_tables(settings, tables))
+        session = _run_session(spark, interpreted=session_module.small_tables(settings, tables, checksum))
         if found.watermark.epoch < epoch:
             _fence(session, settings, request, found.until)
             _state_store(session, settings, request, found).fence(request.task_id, epoch)
@@ -132,11 +134,11 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             return _fenced_out(state.watermark, epoch)
         if state.watermark.epoch == epoch and all(s == u for s, u in state.ranges.values()):
             return _fenced_out(state.watermark, epoch)  # Delta would skip this very commit: no work
-        _check_schema_once(session, settings, request, plan, state)
+        _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
         scope = apply.Scope(session, settings, request.mv_name)
         try:
-            changes, detail = _apply(scope, settings, request, plan, state)
+            changes, detail = _apply(scope, settings, request, plan, state, checksum)
         finally:
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
@@ -190,14 +192,19 @@ _schemas_lock = threading.Lock()
 
 
 def _check_schema_once(
-    spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
+    spark: SparkSession,
+    settings: Settings,
+    request: RunRequest,
+    plan: FastRefreshPlan,
+    state: _State,
+    checksum: session_module.Checksum,
 ) -> None:
     """``_check_schema``, skipped when it already passed for the same query over the same MV and base
     schemas (read from Delta's per-version checksum files, no Spark): it analyses the query, which
     loads the base's snapshot at the pinned version, and a run would otherwise pay that twice (the
     decision asks, the run checks again under the fence) and every run again."""
-    stamps = [warehouse.read_checksum(settings, request.mv_name, state.mv_version)]
-    stamps += [warehouse.read_checksum(settings, b, v) for b, v in sorted(request.pinned.items())]
+    stamps = [checksum(request.mv_name, state.mv_version)]
+    stamps += [checksum(b, v) for b, v in sorted(request.pinned.items())]
     schemas = [None if s is None else (s.get("metadata") or {}).get("schemaString") for s in stamps]
     key = (request.mv_name, request.query, plan, tuple(settings.allowed_functions), *schemas)
     known = all(isinstance(schema, str) for schema in schemas)
@@ -275,7 +282,12 @@ def _fence(session: SparkSession, settings: Settings, request: RunRequest, until
 
 
 def _apply(
-    scope: apply.Scope, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
+    scope: apply.Scope,
+    settings: Settings,
+    request: RunRequest,
+    plan: FastRefreshPlan,
+    state: _State,
+    checksum: session_module.Checksum,
 ) -> tuple[int, str]:
     """Commit the changes by the cheapest exact plan; returns (number of change rows, what was done)."""
     session, base, task_id = scope.session, plan.base_table, request.task_id
@@ -325,7 +337,7 @@ def _apply(
     session.conf.set(_TXN_VERSION, version)
     session.conf.set(_USER_METADATA, metadata)
     session.conf.set(
-        _MERGE_DELETION_VECTORS, str(_large_files(settings, request.mv_name, state.mv_version)).lower()
+        _MERGE_DELETION_VECTORS, str(_large_files(checksum(request.mv_name, state.mv_version))).lower()
     )
     spec = change.merge
     try:
@@ -375,10 +387,10 @@ def _one_base_change(
         raise _not_matching(why) from why
 
 
-def _large_files(settings: Settings, mv_name: str, version: int) -> bool:
+def _large_files(checksum: Mapping[str, Any] | None) -> bool:
     """Are the MV's data files large enough for deletion vectors to pay (``DELETION_VECTOR_FILE_BYTES``)?
-    From Delta's checksum of that version; unknown (no checksum, or a remote warehouse) counts as small."""
-    summary = warehouse.read_checksum(settings, mv_name, version) or {}
+    From Delta's checksum of the run's MV version; unknown (no checksum) counts as small."""
+    summary = checksum or {}
     size, files = summary.get("tableSizeBytes"), summary.get("numFiles")
     if not isinstance(size, int) or not isinstance(files, int) or files == 0:
         return False

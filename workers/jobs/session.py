@@ -7,11 +7,14 @@ properties set by one run never leak into another.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -200,13 +203,24 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 INTERPRET_LIMIT_BYTES = 64 << 20
 
 
-def small_tables(settings: Settings, versions: dict[str, int]) -> bool:
+# A table's Delta checksum at a version (``warehouse.read_checksum`` bound to a warehouse).
+Checksum = Callable[[str, int], Mapping[str, Any] | None]
+
+
+def run_checksums(settings: Settings) -> Checksum:
+    """Checksum files read once each for one run (its interpret-or-compile rule, schema check and
+    deletion-vector choice all read the MV's). Per run only: a re-created table restarts its versions."""
+    return functools.cache(functools.partial(warehouse.read_checksum, settings))
+
+
+def small_tables(settings: Settings, versions: dict[str, int], checksum: Checksum | None = None) -> bool:
     """Whether the tables at these versions (a run's MV and pinned bases) hold at most
-    ``INTERPRET_LIMIT_BYTES`` in all, by Delta's per-version checksum files (no Spark). A table
-    without one counts as large."""
+    ``INTERPRET_LIMIT_BYTES`` in all, by Delta's per-version checksum files (no Spark; ``checksum``
+    reads them: ``run_checksums``). A table without one counts as large."""
+    read = checksum or functools.partial(warehouse.read_checksum, settings)
     total = 0
     for name, version in versions.items():
-        size = (warehouse.read_checksum(settings, name, version) or {}).get("tableSizeBytes")
+        size = (read(name, version) or {}).get("tableSizeBytes")
         if not isinstance(size, int):
             return False
         total += size
