@@ -1,5 +1,6 @@
 """A FAST run interprets its plans on small tables and compiles them on big ones (real Spark + Delta):
-the choice reads Delta's checksum files, and results do not depend on it."""
+the choice reads Delta's checksum files, and results do not depend on it. Sessions track no Python call
+sites."""
 
 from __future__ import annotations
 
@@ -53,3 +54,13 @@ def test_an_interpreted_run_session_returns_what_a_compiled_one_does(
         run.read.format("delta").load(warehouse.table_path(local_settings, "sales")).createTempView("sales")
         results.append(sorted(map(tuple, run.sql(query).collect()), key=repr))
     assert results[0] == results[1] and len(results[0]) == 4
+
+
+def test_sessions_record_no_python_call_sites(spark: Any) -> None:
+    """PySpark's DataFrame debugging (a conf read and two gateway calls per column expression) is
+    off: a FAST run builds thousands of expressions."""
+    from pyspark.errors import utils
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    utils._enable_debugging_cache = None  # noqa: SLF001 - read again from the active session
+    assert not utils.is_debugging_enabled()

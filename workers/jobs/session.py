@@ -125,6 +125,11 @@ def _build(settings: Settings) -> SparkSession:
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # PySpark's DataFrame debugging records the Python call site of every Column and DataFrame
+        # call in the JVM (a conf read and two more gateway calls each): a FAST run builds thousands
+        # of column expressions, and this took ~40 % of a one-row refresh. Errors users see come
+        # from their SQL text, not from mvs's own call sites.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Delta's plans are wide; without this every first write logs a truncation warning.
         "spark.sql.debug.maxToStringFields": "200",
         # MV queries are code from outside (workers.jobs.guard checks them too; these make the
