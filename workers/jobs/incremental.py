@@ -324,7 +324,7 @@ def _apply(
             txn=version,
         )
     _step(session, request, f"commit ({change.plan})")
-    detail = f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
+    detail = _detail(change, shared)
     if change.merge is None:
         assert change.appended is not None
         incremental_append.append(
@@ -339,18 +339,35 @@ def _apply(
     session.conf.set(
         _MERGE_DELETION_VECTORS, str(_large_files(checksum(request.mv_name, state.mv_version))).lower()
     )
-    spec = change.merge
     try:
-        target = DeltaTable.forPath(session, path).alias("t")
-        builder = target.merge(spec.source.alias("s"), spec.condition)
-        builder = builder.whenMatchedDelete(condition=spec.delete_when)
-        if spec.update_set:
-            builder = builder.whenMatchedUpdate(set=spec.update_set)
-        builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
+        try:
+            _merge(session, path, change.merge)
+        except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
+            if change.fallback is None or apply.RECOMPUTE_NEEDED not in str(error):
+                raise
+            _step(session, request, "compute the change to the MV")
+            change = change.fallback()  # nothing was committed: the two steps instead
+            detail = _detail(change, shared)
+            _step(session, request, f"commit ({change.plan})")
+            assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
+            _merge(session, path, change.merge)
     finally:
         for key in _MERGE_CONFS:
             session.conf.unset(key)
     return change.change_rows, detail
+
+
+def _detail(change: apply.Change, shared: bool) -> str:
+    return f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
+
+
+def _merge(session: SparkSession, path: str, spec: apply.MergeSpec) -> None:
+    target = DeltaTable.forPath(session, path).alias("t")
+    builder = target.merge(spec.source.alias("s"), spec.condition)
+    builder = builder.whenMatchedDelete(condition=spec.delete_when)
+    if spec.update_set:
+        builder = builder.whenMatchedUpdate(set=spec.update_set)
+    builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
 
 
 def _one_base_change(

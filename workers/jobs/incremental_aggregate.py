@@ -12,44 +12,45 @@ each group's new row is derived:
   version in one pass, and the new state of the changed groups is read from it instead.
 * without (every value visible in the MV suffices): COUNT and SUM of integers/decimals are merged
   from the MV's own columns. A SUM without its COUNT(col) is NULL exactly when no non-NULL value is
-  left, which its old value and the deltas tell but in one rare case (``_sum_left``): recomputed.
+  left, which its old value and the deltas tell but in one rare case (``aggregate_rules``): recomputed.
 
 MIN/MAX of a group whose current extreme is deleted, a floating sum holding a value too large or too
 fine to keep exactly, and the odd case the rules cannot prove exact are recomputed with the MV query
 over the input at the pinned version, restricted to those groups. Recomputing is always exact.
+
+The rules (``aggregate_rules``) run inside the MERGE when no value can need the base or the state
+(one pass: the MERGE's own read of the MV is the only one); else, or when the MERGE finds a group it
+cannot derive after all, the MV rows of the changed groups are read first (two steps).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
+from pyspark.sql.types import StructType
 
 from workers.ddl.fast import FastRefreshPlan
-from workers.jobs import aggregate_values as values_of
 from workers.jobs import held
 from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
-    NEG,
-    S_ROWS,
     Agg,
     deltas_of,
     layout_of,
     rebuilt_state,
     state_columns,
     state_write,
-    sum_delta,
     tracked_columns,
 )
+from workers.jobs.aggregate_rules import Inputs, exact_type, one_pass_merge, rules
 from workers.jobs.aggregate_state import StateStore, StateWrite, layout_id
 from workers.jobs.columns import col, q
 from workers.jobs.incremental_apply import (
     _P,
     ALL_ROWS,
-    NET,
     OP,
     PRESENT,
     RECOMPUTE,
@@ -69,10 +70,6 @@ __all__ = ["GroupRecompute", "aggregate_merge", "needs_state"]
 GroupRecompute = Callable[[DataFrame | None], DataFrame]
 
 
-def _exact_type(dtype: DataType) -> bool:
-    return isinstance(dtype, IntegralType | DecimalType)
-
-
 def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
     """Whether some value cannot be derived from what the MV shows (then the MV keeps helper state)."""
     if plan.group_by and not any(a.item.function == "COUNT" and a.item.column is None for a in aggs):
@@ -80,21 +77,9 @@ def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
     for a in aggs:
         if a.item.function == "AVG":
             return True
-        if a.item.function == "SUM" and not _exact_type(a.dtype):
+        if a.item.function == "SUM" and not exact_type(a.dtype):
             return True
     return False
-
-
-def _sum_left(old: Column, total: Column, inserted: Column, deleted: Column) -> tuple[Column, Column]:
-    """(some non-NULL value is left, none is) in a group whose exact SUM of integers or decimals had
-    value ``old`` (NULL: no non-NULL value, or no such group yet), now ``total``, after ``inserted``
-    and ``deleted`` non-NULL values — without COUNT(col). Where neither holds (values went, none came
-    back as many, and the sum came to exactly 0: all gone, or some left that cancel), the group is
-    recomputed. So SUM needs no helper state: Oracle asks for COUNT(col) beside it; a sum of 0 after a
-    delete is rare enough to re-read."""
-    was_empty = old.isNull()
-    some_left = F.when(was_empty, inserted > deleted).otherwise((inserted >= deleted) | (total != 0))
-    return some_left, was_empty & (inserted == deleted)
 
 
 def aggregate_merge(
@@ -137,138 +122,93 @@ def aggregate_merge(
     # small delta (broadcast). Either way the MV is never shuffled whole.
     mv_pairs = [(m, k) for k, m in dkeys]
     listed = key_filter(mv.schema, mv_pairs, delta, limit=apply.GROUP_FILTER_LIMIT)  # also the MERGE's
-    touched = _of_groups(mv, mv_pairs, delta, listed)
-    marked = touched.withColumn(PRESENT, F.lit(True))
-    joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
-    use_state = state is not None and needs_state(plan, aggs)
-    write: StateWrite | None = None
-    new: dict[str, Column] = {}
-    note = ""
-    if state is not None and use_state:
-        columns = [(t.column, t.summed, t.dtype.simpleString()) for t in tracked]
-        layout = layout_id(query, plan.group_by, plan.where, columns)
-        skeys = [(k, k) for k, _ in dkeys]
-        kept = state.read(layout)
-        if kept is not None:  # the state of the changed groups, plus the deltas
-            state_listed = key_filter(kept.schema, skeys, delta, limit=apply.GROUP_FILTER_LIMIT)
-            held = _of_groups(kept, skeys, delta, state_listed).withColumn(IN_STATE, F.lit(True)).alias("st")
-            joined = joined.join(held, null_safe("d", "st", skeys), "left")
-            new = state_columns(tracked, "st", "d")
-            note = f", state kept in {state.table}"
-        else:  # rebuilt at the pinned version: the changed groups' new state is read from it
-            assert base_at_v is not None, "state is kept for one-base MVs only"
-            rebuilt = rebuilt_state(scope, plan, tracked, base_at_v, keyed)
-            at_v = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
-            joined = joined.join(at_v, null_safe("d", "st", skeys), "left")
-            new = state_columns(tracked, "st", None)
-            write = StateWrite(rebuilt, layout)
-            note = f", state rebuilt from the base in {state.table}"
+    def two_step(retried: bool = False) -> Change:
+        """The MV rows of the changed groups read first, then the MERGE of their new rows (``retried``:
+        after the one-pass MERGE met a group to recompute)."""
+        touched = _of_groups(mv, mv_pairs, delta, listed)
+        marked = touched.withColumn(PRESENT, F.lit(True))
+        joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
-    def old(a: Agg) -> Column:
-        return col("m", a.mv_col)
+        use_state = state is not None and needs_state(plan, aggs)
+        write: StateWrite | None = None
+        new: dict[str, Column] = {}
+        note = ""
+        if state is not None and use_state:
+            columns = [(t.column, t.summed, t.dtype.simpleString()) for t in tracked]
+            layout = layout_id(query, plan.group_by, plan.where, columns)
+            skeys = [(k, k) for k, _ in dkeys]
+            kept = state.read(layout)
+            if kept is not None:  # the state of the changed groups, plus the deltas
+                state_listed = key_filter(kept.schema, skeys, delta, limit=apply.GROUP_FILTER_LIMIT)
+                kept_rows = _of_groups(kept, skeys, delta, state_listed).withColumn(IN_STATE, F.lit(True))
+                joined = joined.join(kept_rows.alias("st"), null_safe("d", "st", skeys), "left")
+                new = state_columns(tracked, "st", "d")
+                note = f", state kept in {state.table}"
+            else:  # rebuilt at the pinned version: the changed groups' new state is read from it
+                assert base_at_v is not None, "state is kept for one-base MVs only"
+                rebuilt = rebuilt_state(scope, plan, tracked, base_at_v, keyed)
+                at_v = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
+                joined = joined.join(at_v, null_safe("d", "st", skeys), "left")
+                new = state_columns(tracked, "st", None)
+                write = StateWrite(rebuilt, layout)
+                note = f", state rebuilt from the base in {state.table}"
 
-    def d(name: str) -> Column:
-        return F.col(f"d.{name}")
+        given = Inputs(grouped, aggs, by_column, counts, count_star, new if use_state else None, joined)
+        present = F.coalesce(F.col(f"m.{PRESENT}"), F.lit(False))
+        ruled = rules(given, lambda a: col("m", a.mv_col), present, "d")
+        values, recompute = ruled.values, ruled.recompute
+        action = F.when(ruled.vanished, "delete").otherwise("upsert")
 
-    def nn_new(column: str) -> Column | None:
-        t = by_column[column]
-        if use_state:
-            return new[t.name("snn")]
-        counter = counts.get(column)
-        if counter is None:
-            return None
-        return F.coalesce(old(counter), F.lit(0)) + d(t.name("tp")) - d(t.name("tm"))
+        def d(name: str) -> Column:
+            return F.col(f"d.{name}")
 
-    present = F.coalesce(F.col(f"m.{PRESENT}"), F.lit(False))
-    deletes = d(NEG) > 0
-    # A global aggregate always has its row. A group the MV lacks starts from the empty group's
-    # values (COUNT 0, NULL otherwise), which the rules below merge like any other.
-    recompute: Column = ~present & F.lit(not grouped)
-    if not use_state and grouped and count_star is None:
-        recompute = recompute | deletes  # a group may vanish and nothing visible tells
-    rows_new: Column | None = None
-    if use_state:
-        rows_new = new[S_ROWS]
-    elif count_star is not None:
-        rows_new = F.coalesce(old(count_star), F.lit(0)) + d(NET)
-    values: dict[str, Column] = {}
-    for a in aggs:
-        fn, column = a.item.function, a.item.column
-        t = by_column.get(column or "")
-        if fn == "COUNT":
-            counted = nn_new(column) if column else rows_new
-            assert counted is not None  # COUNT(col) counts itself, COUNT(*) is rows_new
-            values[a.mv_col] = counted
-        elif fn in ("SUM", "AVG") and use_state and t is not None:
-            nn, total = new[t.name("snn")], new[t.name("ssum")]
-            if fn == "SUM":
-                value, exact = values_of.sum_value(total, a.dtype), F.lit(True)
-            else:
-                value, exact = values_of.avg_value(joined, total, nn, t.dtype)
-            usable = (new[t.name("sunfit")] == 0) & value.isNotNull() & exact
-            recompute = recompute | ((nn != 0) & ~usable)
-            values[a.mv_col] = F.when(nn == 0, F.lit(None)).otherwise(value)
-        elif fn == "SUM" and _exact_type(a.dtype) and t is not None:
-            total = F.try_add(F.coalesce(old(a), F.lit(0)), sum_delta(t, "d"))
-            value = values_of.sum_value(total, a.dtype)
-            unusable = value.isNull() | F.coalesce(d(t.name("tx")), F.lit(False))
-            nonnull = nn_new(t.column)
-            if nonnull is not None:  # COUNT(col) says when the sum becomes NULL (no non-NULL value left)
-                recompute = recompute | ((nonnull != 0) & unusable)
-                values[a.mv_col] = F.when(nonnull == 0, F.lit(None)).otherwise(value)
-            else:  # NULL once no non-NULL value is left (``_sum_left``)
-                some_left, none_left = _sum_left(old(a), total, d(t.name("tp")), d(t.name("tm")))
-                recompute = recompute | ~(some_left | none_left) | (some_left & unusable)
-                values[a.mv_col] = F.when(none_left, F.lit(None)).otherwise(value)
-        elif fn in ("MIN", "MAX") and column:
-            removed, current = d(a.name("m")), old(a)
-            hits = removed <= current if fn == "MIN" else removed >= current
-            extreme_may_go = removed.isNotNull() & (current.isNull() | hits)
-            merged = (F.least if fn == "MIN" else F.greatest)(current, d(a.name("p")))
-            nonnull = nn_new(column)
-            if nonnull is not None:  # no non-NULL value left: NULL, nothing to recompute
-                extreme_may_go = extreme_may_go & (nonnull != 0)
-                merged = F.when(nonnull == 0, F.lit(None)).otherwise(merged)
-            recompute = recompute | extreme_may_go
-            values[a.mv_col] = merged
-        else:  # AVG and floating-point SUM cannot be updated exactly from their rounded outputs
-            recompute = F.lit(True)
-            values[a.mv_col] = F.lit(None)
-    if rows_new is not None:
-        vanished = F.lit(grouped) & (rows_new == 0)  # no row left: the group goes, whatever else
-        recompute = (recompute | (rows_new < 0)) & ~vanished
-        action = F.when(vanished, "delete").otherwise("upsert")
-    else:
-        action = F.lit("upsert")
-    key_values = {m: d(f"{_P}k{plan.group_by.index(b)}") for b, m in keys}
-    outputs = [
-        (key_values[f.name] if f.name in key_values else values[f.name].cast(f.dataType)).alias(f.name)
-        for f in mv.schema.fields
-    ]
-    # A NULL decision must never drop a group: when in doubt, recompute.
-    decision = F.coalesce(recompute, F.lit(True)).alias(RECOMPUTE)
-    row_counts = [d(ROWS).alias(ROWS), d(ALL_ROWS).alias(ALL_ROWS)]
-    state_keys = [d(k).alias(k) for k, _ in dkeys] if use_state else []
-    state_values = [c.alias(f"{_P}new_{name}") for name, c in new.items()]
-    # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it; the narrowed
-    # sides are joined to the delta in the same job, no broadcast job each).
-    decided = scope.in_memory(
-        joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values),
-        shuffled_joins=True,
+        key_values = {m: d(f"{_P}k{plan.group_by.index(b)}") for b, m in keys}
+        outputs = [
+            (key_values[f.name] if f.name in key_values else values[f.name].cast(f.dataType)).alias(f.name)
+            for f in mv.schema.fields
+        ]
+        decision = recompute.alias(RECOMPUTE)
+        row_counts = [d(ROWS).alias(ROWS), d(ALL_ROWS).alias(ALL_ROWS)]
+        state_keys = [d(k).alias(k) for k, _ in dkeys] if use_state else []
+        state_values = [c.alias(f"{_P}new_{name}") for name, c in new.items()]
+        # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it; the narrowed
+        # sides are joined to the delta in the same job, no broadcast job each).
+        decided = scope.in_memory(
+            joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values),
+            shuffled_joins=True,
+        )
+        change_rows, total_groups, recomputed = _counts(decided)
+        decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
+        if state is not None and use_state and write is None:
+            write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
+        decided = decided.drop(*[k for k, _ in dkeys if use_state], *[f"{_P}new_{n}" for n in new])
+        source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
+        if recomputed:  # the base at v, restricted to those groups, read once
+            fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
+            source = scope.in_memory(source.unionByName(fresh))
+        merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema, listed)
+        summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
+        if retried:
+            summary += " (the one-pass MERGE met a group to recompute)"
+        return Change("keyed merge", change_rows, summary, merge=merge, state=write)
+
+    # One pass: the rules applied inside the MERGE, which reads the MV rows of the changed groups
+    # itself. Not when a value may need the base (no state to read there): a kept state, AVG or a
+    # floating sum, or a deleted MIN/MAX value (it is often the extreme).
+    reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
+    extremes = [F.col(a.name("m")).isNotNull() for a in aggs if a.item.function in ("MIN", "MAX")]
+    removed = reduce(lambda x, y: x | y, extremes, F.lit(False))
+    change_rows, total_groups, extremes_removed = held.sums(
+        delta, F.col(ALL_ROWS), F.when(reached, 1), F.when(reached & removed, 1)
     )
-    change_rows, total_groups, recomputed = _counts(decided)
-    decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
-    if state is not None and use_state and write is None:
-        write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
-    decided = decided.drop(*[k for k, _ in dkeys if use_state], *[f"{_P}new_{n}" for n in new])
-    source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
-    if recomputed:  # the base at v, restricted to those groups, read once
-        fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
-        source = scope.in_memory(source.unionByName(fresh))
-    merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema, listed)
-    summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
-    return Change("keyed merge", change_rows, summary, merge=merge, state=write)
+    if needs_state(plan, aggs) or extremes_removed or not aggs:
+        return two_step()
+    given = Inputs(grouped, aggs, by_column, counts, count_star, None, delta)
+    key_values = {m: f"{_P}k{plan.group_by.index(b)}" for b, m in keys}
+    merge = one_pass_merge(given, delta.where(reached), dkeys, key_values, mv.schema, listed)
+    summary = f"{total_groups} groups changed in one pass, 0 recomputed from the base"
+    return Change("keyed merge", change_rows, summary, merge=merge, fallback=lambda: two_step(retried=True))
 
 
 def _of_groups(

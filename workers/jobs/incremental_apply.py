@@ -21,7 +21,7 @@ This module holds the shared parts (``Scope``, ``MergeSpec``, ``Change``) and th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -47,6 +47,9 @@ _P = "__mvs_"  # prefix of helper columns; never reaches the MV table
 SIGN, NET, NEW, OLD = f"{_P}sign", f"{_P}net", f"{_P}new", f"{_P}old"
 OP, PRESENT, RECOMPUTE = f"{_P}op", f"{_P}present", f"{_P}recompute"
 ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
+# What a MERGE that derives values itself fails with when a row needs the base after all
+# (``aggregate_rules.one_pass_merge``): the run then takes its ``Change.fallback``.
+RECOMPUTE_NEEDED = "mvs: a changed group needs recomputing from the base"
 # The most changed groups whose MV rows are read by a filter on their key values; more are found by
 # a semi-join instead. A long IN list costs more to plan and run than the broadcast it saves
 # (bench.fast_vs_complete, 1,000 groups: 1.3-3 s slower than the semi-join; 1 group: 2-3 jobs fewer).
@@ -164,7 +167,8 @@ def keyed_upsert(
 @dataclass(frozen=True)
 class Change:
     """What one run commits, by the plan named ``plan``: ``merge`` applied, else ``appended`` appended;
-    ``state`` is written first, when the MV keeps helper state."""
+    ``state`` is written first, when the MV keeps helper state. ``fallback``: what to commit instead
+    when ``merge`` fails with ``RECOMPUTE_NEEDED`` (nothing committed then)."""
 
     plan: str  # "append", "keyed merge", "rewrite merge" (named in the run message)
     change_rows: int  # change rows read
@@ -172,6 +176,7 @@ class Change:
     merge: MergeSpec | None = None
     appended: DataFrame | None = None
     state: StateWrite | None = None
+    fallback: Callable[[], Change] | None = None
 
 
 # ---------------------------------------------------------------------------------------- projection
