@@ -25,9 +25,8 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -44,9 +43,9 @@ from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.incremental_having import having_change, join_having_change
 from workers.jobs.incremental_union import union_change
+from workers.jobs.merge_commit import COMMIT_CONFS, commit_merge
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
-    MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
@@ -60,13 +59,6 @@ from workers.worker.request import RunRequest
 __all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
 
 _TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
-_COMMIT_CONFS = frozenset({_TXN_APP_ID, _TXN_VERSION, _USER_METADATA})
-_MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
-_MERGE_CONFS = _COMMIT_CONFS | {_MERGE_DELETION_VECTORS, MATERIALIZE_SOURCE_CONF}
-# Average MV data file size from which a MERGE marks replaced rows in deletion vectors instead of
-# rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
-# ~8 more Spark jobs per MERGE), of large files far dearer (cost of the table, not of the change).
-DELETION_VECTOR_FILE_BYTES = 8 << 20
 
 
 class FastRefreshNotPossible(ChangesNotRetained):
@@ -254,7 +246,7 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
     # without AQE each query is one job instead of one per stage (measured: half the jobs, and
     # 15-30% faster). Results depend on neither.
     child = session_module.run_session(spark, adaptive=False, codegen=not interpreted)
-    for key in _COMMIT_CONFS:
+    for key in COMMIT_CONFS:
         child.conf.unset(key)
     return child
 
@@ -324,50 +316,20 @@ def _apply(
             txn=version,
         )
     _step(session, request, f"commit ({change.plan})")
-    detail = _detail(change, shared)
     if change.merge is None:
         assert change.appended is not None
         incremental_append.append(
             change.appended, path, txn_app_id=task_id, txn_version=version, metadata=metadata
         )
-        return change.change_rows, detail
-    # The source is held on the driver (``Scope.in_memory``): deterministic, no lineage to Delta.
-    session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
-    session.conf.set(_TXN_APP_ID, task_id)
-    session.conf.set(_TXN_VERSION, version)
-    session.conf.set(_USER_METADATA, metadata)
-    session.conf.set(
-        _MERGE_DELETION_VECTORS, str(_large_files(checksum(request.mv_name, state.mv_version))).lower()
-    )
-    try:
-        try:
-            _merge(session, path, change.merge)
-        except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
-            if change.fallback is None or apply.RECOMPUTE_NEEDED not in str(error):
-                raise
-            _step(session, request, "compute the change to the MV")
-            change = change.fallback()  # nothing was committed: the two steps instead
-            detail = _detail(change, shared)
-            _step(session, request, f"commit ({change.plan})")
-            assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
-            _merge(session, path, change.merge)
-    finally:
-        for key in _MERGE_CONFS:
-            session.conf.unset(key)
-    return change.change_rows, detail
+        return change.change_rows, _detail(change, shared)
+    confs = {_TXN_APP_ID: task_id, _TXN_VERSION: version, _USER_METADATA: metadata}
+    mv_checksum = checksum(request.mv_name, state.mv_version)
+    change = commit_merge(session, path, change, confs, mv_checksum, partial(_step, session, request))
+    return change.change_rows, _detail(change, shared)
 
 
 def _detail(change: apply.Change, shared: bool) -> str:
     return f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
-
-
-def _merge(session: SparkSession, path: str, spec: apply.MergeSpec) -> None:
-    target = DeltaTable.forPath(session, path).alias("t")
-    builder = target.merge(spec.source.alias("s"), spec.condition)
-    builder = builder.whenMatchedDelete(condition=spec.delete_when)
-    if spec.update_set:
-        builder = builder.whenMatchedUpdate(set=spec.update_set)
-    builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
 
 
 def _one_base_change(
@@ -402,16 +364,6 @@ def _one_base_change(
         return apply.projection_change(scope, query, base, changes, mv)
     except apply.Inconsistent as why:
         raise _not_matching(why) from why
-
-
-def _large_files(checksum: Mapping[str, Any] | None) -> bool:
-    """Are the MV's data files large enough for deletion vectors to pay (``DELETION_VECTOR_FILE_BYTES``)?
-    From Delta's checksum of the run's MV version; unknown (no checksum) counts as small."""
-    summary = checksum or {}
-    size, files = summary.get("tableSizeBytes"), summary.get("numFiles")
-    if not isinstance(size, int) or not isinstance(files, int) or files == 0:
-        return False
-    return size // files >= DELETION_VECTOR_FILE_BYTES
 
 
 def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
