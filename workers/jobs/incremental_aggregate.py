@@ -92,8 +92,10 @@ def aggregate_merge(
     state: StateStore | None = None,
     groups_at_v: GroupRecompute | None = None,
 ) -> Change:
-    """Per-group deltas in one pass over the change rows (signed by ``_change_type``), joined to the
-    MV rows of those groups only, and one MERGE keyed by the GROUP BY columns that touches only them.
+    """Per-group deltas in one pass over the change rows (signed by ``_change_type``) and one MERGE
+    keyed by the GROUP BY columns that touches only those groups: it derives their new rows itself
+    when no value can need the base or the state (one pass), else they are derived from the MV rows
+    of those groups, read first (two steps; also the fallback of a one-pass MERGE that fails).
     ``base_at_v`` is the input at the pinned version (read only for groups to recompute, or to rebuild
     the state); ``state`` the MV's helper state (None: none kept, values come from the MV alone).
     A join has no one input at v: it passes ``groups_at_v`` instead (and keeps no state)."""
