@@ -61,7 +61,7 @@ def reads_no_base(query: str, message: str) -> bool:
     """An aggregate without MIN/MAX is refreshed from its deltas, its own columns and its helper state:
     no group is recomputed from the base (the values the shapes draw all fit the exact sums) — unless
     it keeps no state (its run ``message`` names none) and SUMs a column it does not COUNT: such a sum
-    come to exactly 0 after deletes is recomputed (``incremental_aggregate._sum_left``)."""
+    come to exactly 0 after deletes is recomputed (``aggregate_rules._sum_left``)."""
     text = query.upper()
     if "MIN(" in text or "MAX(" in text:
         return False

@@ -28,19 +28,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import deltalog
 from workers.jobs.incremental_apply import MergeSpec
+from workers.jobs.merge_commit import merge_confs, merge_with
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
-    MATERIALIZE_SOURCE_CONF,
-    TXN_APP_ID_CONF,
-    TXN_VERSION_CONF,
-    USER_METADATA_CONF,
     MvWatermark,
     json_object,
 )
@@ -48,7 +44,6 @@ from workers.jobs.metadata import (
 __all__ = ["StateStore", "StateWrite", "layout_id"]
 
 _KEY = "mvs_state"
-_TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 
 
 def layout_id(*parts: object) -> str:
@@ -144,25 +139,5 @@ class StateStore:
                 .save(path)
             )
             return
-        spec = write.merge
         # The source is the run's held rows (``incremental_aggregate``): no copy of it is needed.
-        confs = {
-            _TXN_APP_ID: task_id,
-            _TXN_VERSION: txn,
-            _USER_METADATA: metadata,
-            MATERIALIZE_SOURCE_CONF: "none",
-        }
-        for key, value in confs.items():
-            self.session.conf.set(key, value)
-        try:
-            builder = (
-                DeltaTable.forPath(self.session, path)
-                .alias("t")
-                .merge(spec.source.alias("s"), spec.condition)
-            )
-            builder = builder.whenMatchedDelete(condition=spec.delete_when)
-            builder = builder.whenMatchedUpdate(set=spec.update_set)
-            builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
-        finally:
-            for key in confs:
-                self.session.conf.unset(key)
+        merge_with(self.session, path, write.merge, merge_confs(task_id, txn, metadata))

@@ -43,12 +43,9 @@ from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.incremental_having import having_change, join_having_change
 from workers.jobs.incremental_union import union_change
-from workers.jobs.merge_commit import COMMIT_CONFS, commit_merge
+from workers.jobs.merge_commit import COMMIT_CONFS, commit_merge, merge_confs
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
-    TXN_APP_ID_CONF,
-    TXN_VERSION_CONF,
-    USER_METADATA_CONF,
     MvWatermark,
     encode_user_metadata,
     txn_version,
@@ -57,8 +54,6 @@ from workers.jobs.refresh import RefreshResult, read_at, read_watermark, run_que
 from workers.worker.request import RunRequest
 
 __all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
-
-_TXN_APP_ID, _TXN_VERSION, _USER_METADATA = TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 
 
 class FastRefreshNotPossible(ChangesNotRetained):
@@ -322,7 +317,7 @@ def _apply(
             change.appended, path, txn_app_id=task_id, txn_version=version, metadata=metadata
         )
         return change.change_rows, _detail(change, shared)
-    confs = {_TXN_APP_ID: task_id, _TXN_VERSION: version, _USER_METADATA: metadata}
+    confs = merge_confs(task_id, version, metadata)
     mv_checksum = checksum(request.mv_name, state.mv_version)
     change = commit_merge(session, path, change, confs, mv_checksum, partial(_step, session, request))
     return change.change_rows, _detail(change, shared)

@@ -198,13 +198,15 @@ def aggregate_merge(
     # One pass: the rules applied inside the MERGE, which reads the MV rows of the changed groups
     # itself. Not when a value may need the base (no state to read there): a kept state, AVG or a
     # floating sum, or a deleted MIN/MAX value (it is often the extreme).
+    if needs_state(plan, aggs) or not aggs:
+        return two_step()
     reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
     extremes = [F.col(a.name("m")).isNotNull() for a in aggs if a.item.function in ("MIN", "MAX")]
     removed = reduce(lambda x, y: x | y, extremes, F.lit(False))
     change_rows, total_groups, extremes_removed = held.sums(
         delta, F.col(ALL_ROWS), F.when(reached, 1), F.when(reached & removed, 1)
     )
-    if needs_state(plan, aggs) or extremes_removed or not aggs:
+    if extremes_removed:
         return two_step()
     given = Inputs(grouped, aggs, by_column, counts, count_star, None, delta)
     key_values = {m: f"{_P}k{plan.group_by.index(b)}" for b, m in keys}
