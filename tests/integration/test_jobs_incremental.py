@@ -14,7 +14,7 @@ from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query, plan_record
-from workers.jobs import incremental, mvlog, refresh, tables
+from workers.jobs import changes, incremental, mvlog, refresh, tables
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.metadata import EPOCH_SHIFT, txn_version
 from workers.worker.decision import decide
@@ -264,3 +264,25 @@ def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: S
     again = _fast(spark, s, "mv_s", sums, epoch=2, run="old-owner-2")
     assert not again.applied and again.message == "skipped: stale epoch 2: epoch 3 already wrote"
     assert again.watermark_after == {"sales": 2}
+
+
+def test_a_stale_owners_commit_of_the_pinned_versions_leaves_nothing_to_apply(
+    spark: Any, local_settings: Settings
+) -> None:
+    # The race a cut-off worker makes: the new owner (epoch 3) decided on v1 -> v2, then the old owner
+    # (epoch 2), which still reaches the warehouse, committed v2 before the new owner's fence. The
+    # new owner's run finds the MV at its pinned version: nothing to read (the MV log has not captured
+    # v2, and a change feed from v3 to v2 is an error), nothing to commit.
+    s = local_settings
+    sums = AGGREGATES["mv_sums"]
+    _base(spark, s, [_row(1, "eu", 5), _row(2, "us", 3)])  # v0, log at v1
+    assert _complete(spark, s, "mv_r", sums, epoch=1).applied
+    tables.append(spark, s, "sales", [_row(3, "eu", 7)])  # v2
+    assert _fast(spark, s, "mv_r", sums, epoch=2, run="old-owner").applied
+    rows, version = _rows(spark, s, "mv_r"), warehouse.latest_version(s, "mv_r")
+
+    changes.forget()  # the new owner is another process: it holds none of the old owner's change rows
+    late = _fast(spark, s, "mv_r", sums, epoch=3, run="new-owner")
+    assert not late.applied and late.watermark_after == {"sales": 2}, late
+    assert late.message == "skipped: the MV already reflects these versions (epoch 2 wrote them)"
+    assert _rows(spark, s, "mv_r") == rows and warehouse.latest_version(s, "mv_r") == version + 1  # the fence

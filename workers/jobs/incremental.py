@@ -119,8 +119,10 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
             return _fenced_out(state.watermark, epoch)
-        if state.watermark.epoch == epoch and all(s == u for s, u in state.ranges.values()):
-            return _fenced_out(state.watermark, epoch)  # Delta would skip this very commit: no work
+        if all(s == u for s, u in state.ranges.values()):
+            # Already at the pinned versions: our own replay, or a stale owner's commit that landed
+            # between the decision and the fence (it still reached the warehouse). Nothing to apply.
+            return _fenced_out(state.watermark, epoch)
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
         scope = apply.Scope(session, settings, request.mv_name)
@@ -376,11 +378,14 @@ def _step(session: SparkSession, request: RunRequest, what: str) -> None:
 
 
 def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:
-    """Not committed, as Delta's idempotent-write fence would not apply it: a newer epoch already
-    wrote, or this epoch already wrote this watermark. A fence against stale owners and replays,
+    """Not committed, as Delta's idempotent-write fence would not apply it or there is nothing to
+    apply: a newer epoch already wrote, this epoch already wrote this watermark, or an older epoch
+    wrote the pinned versions after the decision. A fence against stale owners and replays,
     not a decision about the work (that is ``workers.worker.decision``)."""
     if current.epoch == epoch:
         why = "this watermark was already applied"
+    elif current.epoch < epoch:
+        why = f"the MV already reflects these versions (epoch {current.epoch} wrote them)"
     else:
         why = f"stale epoch {epoch}: epoch {current.epoch} already wrote"
     return RefreshResult(
