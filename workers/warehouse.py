@@ -86,10 +86,16 @@ def latest_version(settings: Settings, name: str) -> int | None:
     if is_local(settings):
         return _latest_local_version(local_table_dir(settings, name) / DELTA_LOG)
     try:
-        table = DeltaTable(_log_uri(table_path(settings, name)), storage_options=_options(settings))
+        table = rs_table(settings, name)
     except TableNotFoundError:
         return None
     return table.version()
+
+
+def rs_table(settings: Settings, name: str, version: int | None = None) -> DeltaTable:
+    """Table ``name`` opened by delta-rs (at ``version``, else the latest)."""
+    uri = _log_uri(table_path(settings, name))
+    return DeltaTable(uri, version=version, storage_options=_options(settings))
 
 
 def _latest_local_version(log_dir: Path) -> int | None:
@@ -126,6 +132,23 @@ def read_checksum(settings: Settings, name: str, version: int) -> dict[str, Any]
     except (OSError, ValueError):
         return None
     return body if isinstance(body, dict) else None
+
+
+def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any] | None:
+    """``read_checksum``, else the same figures (``tableSizeBytes``, ``numFiles``,
+    ``metadata.schemaString``) read from the log by delta-rs, which writes no checksum of its own
+    commits (``workers.jobs.rs_merge``); None when neither can tell."""
+    found = read_checksum(settings, name, version)
+    if found is not None:
+        return found
+    try:
+        table = rs_table(settings, name, version)
+        files = table.get_add_actions(flatten=True)
+        size = sum(files.column("size_bytes").to_pylist())
+        schema = table.schema().to_json()
+    except Exception:  # noqa: BLE001 - unreadable: the caller does without, as without a checksum
+        return None
+    return {"tableSizeBytes": size, "numFiles": files.num_rows, "metadata": {"schemaString": schema}}
 
 
 def delete_table(settings: Settings, name: str) -> None:

@@ -43,7 +43,7 @@ from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.incremental_having import having_change, join_having_change
 from workers.jobs.incremental_union import union_change
-from workers.jobs.merge_commit import COMMIT_CONFS, commit_merge, merge_confs
+from workers.jobs.merge_commit import COMMIT_CONFS, Target, commit_merge, merge_confs
 from workers.jobs.metadata import (
     EPOCH_SHIFT,
     MvWatermark,
@@ -320,8 +320,8 @@ def _apply(
         )
         return change.change_rows, _detail(change, shared)
     confs = merge_confs(task_id, version, metadata)
-    mv_checksum = checksum(request.mv_name, state.mv_version)
-    change = commit_merge(session, path, change, confs, mv_checksum, partial(_step, session, request))
+    target = Target(settings, request.mv_name, state.mv_version, checksum(request.mv_name, state.mv_version))
+    change = commit_merge(session, path, change, confs, target, partial(_step, session, request))
     return change.change_rows, _detail(change, shared)
 
 
@@ -408,8 +408,9 @@ def _result(
     after = found.delta_version - 1
     commit = next(deltalog.iter_commits(session, settings, request.mv_name, after=after))
     metrics = commit.operation_metrics
-    if commit.operation == "MERGE":
-        keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+    if commit.operation == "MERGE":  # Spark's metric names, and delta-rs's (``rs_merge``)
+        keys: tuple[str, ...] = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+        keys += ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
         written = sum(int(metrics.get(k, "0")) for k in keys)
     else:
         written = int(metrics.get("numOutputRows", "0"))

@@ -37,6 +37,7 @@ from workers.jobs.columns import col, q
 from workers.jobs.guard import check_expression
 from workers.jobs.key_filter import KeyFilter, key_filter
 from workers.jobs.refresh import run_query
+from workers.jobs.rs_merge import PlainMerge
 
 if TYPE_CHECKING:
     from workers.jobs.aggregate_state import StateWrite
@@ -132,6 +133,7 @@ class MergeSpec:
     update_set: dict[str, str | Column]
     insert_when: Column
     insert_values: dict[str, str | Column]
+    plain: PlainMerge | None = None  # the same MERGE told without Spark expressions (``rs_merge``)
 
 
 def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
@@ -161,6 +163,7 @@ def keyed_upsert(
         update_set={q(c): col("s", c) for c in others},
         insert_when=F.col(f"s.{OP}") == "upsert",
         insert_values={q(f.name): col("s", f.name) for f in schema.fields},
+        plain=PlainMerge(tuple(keys), tuple(schema.names), OP, delete_op="delete", upsert_op="upsert"),
     )
 
 
@@ -265,6 +268,7 @@ def projection_change(
         update_set={},
         insert_when=F.col(f"s.{OP}") == "ins",
         insert_values={q(c): col("s", c) for c in cols},
+        plain=PlainMerge(tuple(cols), tuple(cols), OP, delete_op="del", insert_op="ins"),
     )
     summary = f"{distinct_rows} distinct rows changed, {rewrites} rewritten"
     return Change("rewrite merge", change_rows, summary, merge=merge)

@@ -1,24 +1,31 @@
 """The Delta MERGEs a FAST run commits with (``merge_with``: the MV's and its helper state's),
 idempotent (Delta's transaction identifiers and the run's metadata travel with them) and not copying
-their source (it is held on the driver); for the MV (``commit_merge``) deletion vectors only for large
-MV files, and the one-pass MERGE's way back to two steps.
+their source (it is held on the driver); for the MV (``commit_merge``) delta-rs for plain merges where
+it may write (``rs_merge``), deletion vectors only for large MV files, and the one-pass MERGE's way
+back to two steps.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from workers.config import Settings
 from workers.jobs import incremental_apply as apply
+from workers.jobs import rs_merge
 from workers.jobs.metadata import (
     MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
 )
+
+log = logging.getLogger(__name__)
 
 COMMIT_CONFS = frozenset({TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF})
 _DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
@@ -55,22 +62,31 @@ def merge_with(session: SparkSession, path: str, spec: apply.MergeSpec, confs: M
             session.conf.unset(key)
 
 
+@dataclass(frozen=True)
+class Target:
+    """The MV a run commits to: its warehouse, name and the version the run read."""
+
+    settings: Settings
+    name: str
+    version: int
+    checksum: Mapping[str, Any] | None  # Delta's checksum of that version, if written
+
+
 def commit_merge(
     session: SparkSession,
     path: str,
     change: apply.Change,
     confs: Mapping[str, str],
-    mv_checksum: Mapping[str, Any] | None,
+    target: Target,
     step: Callable[[str], None],
 ) -> apply.Change:
-    """Commit ``change.merge`` into the MV at ``path`` with ``confs`` (``merge_confs``);
-    ``mv_checksum``: Delta's checksum of the MV version the run read. A one-pass MERGE that meets a
-    group to recompute commits nothing: its ``fallback`` is committed instead (``step`` names the
-    run's next step). Returns the change committed."""
+    """Commit ``change.merge`` into the MV ``target`` at ``path`` with ``confs`` (``merge_confs``).
+    A one-pass MERGE that meets a group to recompute commits nothing: its ``fallback`` is committed
+    instead (``step`` names the run's next step). Returns the change committed."""
     assert change.merge is not None
-    confs = {**confs, _DELETION_VECTORS: str(large_files(mv_checksum)).lower()}
+    confs = {**confs, _DELETION_VECTORS: str(large_files(target.checksum)).lower()}
     try:
-        merge_with(session, path, change.merge, confs)
+        _merge(session, path, change.merge, confs, target)
     except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
         if change.fallback is None or apply.RECOMPUTE_NEEDED not in str(error):
             raise
@@ -78,8 +94,33 @@ def commit_merge(
         change = change.fallback()  # nothing was committed: the two steps instead
         step(f"commit ({change.plan})")
         assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
-        merge_with(session, path, change.merge, confs)
+        _merge(session, path, change.merge, confs, target)
     return change
+
+
+def _merge(
+    session: SparkSession, path: str, spec: apply.MergeSpec, confs: Mapping[str, str], target: Target
+) -> None:
+    """By delta-rs when the MERGE is plain and delta-rs may write the MV (small files: a large-file
+    MV wants Spark's deletion vectors), else by Spark."""
+    plain, settings = spec.plain, target.settings
+    small = not large_files(target.checksum)
+    if plain is not None and small and rs_merge.usable(settings, target.name, target.version):
+        try:
+            rs_merge.merge(
+                settings,
+                target.name,
+                target.version,
+                plain,
+                spec.source,
+                app_id=confs[TXN_APP_ID_CONF],
+                txn_version=int(confs[TXN_VERSION_CONF]),
+                metadata=confs[USER_METADATA_CONF],
+            )
+            return
+        except rs_merge.DeltaProtocolError as refused:  # nothing committed: Spark merges
+            log.warning("delta-rs cannot write %s (%s): Spark merges", target.name, refused)
+    merge_with(session, path, spec, confs)
 
 
 def large_files(checksum: Mapping[str, Any] | None) -> bool:

@@ -208,21 +208,21 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 INTERPRET_LIMIT_BYTES = 64 << 20
 
 
-# A table's Delta checksum at a version (``warehouse.read_checksum`` bound to a warehouse).
+# A table's Delta checksum at a version (``warehouse.table_summary`` bound to a warehouse).
 Checksum = Callable[[str, int], Mapping[str, Any] | None]
 
 
 def run_checksums(settings: Settings) -> Checksum:
     """Checksum files read once each for one run (its interpret-or-compile rule, schema check and
     deletion-vector choice all read the MV's). Per run only: a re-created table restarts its versions."""
-    return functools.cache(functools.partial(warehouse.read_checksum, settings))
+    return functools.cache(functools.partial(warehouse.table_summary, settings))
 
 
 def small_tables(settings: Settings, versions: dict[str, int], checksum: Checksum | None = None) -> bool:
     """Whether the tables at these versions (a run's MV and pinned bases) hold at most
     ``INTERPRET_LIMIT_BYTES`` in all, by Delta's per-version checksum files (no Spark; ``checksum``
     reads them: ``run_checksums``). A table without one counts as large."""
-    read = checksum or functools.partial(warehouse.read_checksum, settings)
+    read = checksum or functools.partial(warehouse.table_summary, settings)
     total = 0
     for name, version in versions.items():
         size = (read(name, version) or {}).get("tableSizeBytes")

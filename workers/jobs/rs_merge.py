@@ -1,0 +1,146 @@
+"""A FAST run's MERGE of rows it already holds, committed by delta-rs (``deltalake``) instead of Spark.
+
+Why: Spark's Delta MERGE of a few rows into an MV costs ~1 s on a 2-core worker whatever the change
+(5-6 Spark jobs: source, snapshot rebuild, touched-file scan, rewrite; and ~0.6 s of driver-side
+planning and commit); delta-rs merges the same held rows in ~25 ms, the Arrow hand-over from Spark
+taking ~35 ms more (``bench.fast_vs_complete``).
+
+Only plain merges (``PlainMerge``: match on key columns, delete / upsert / insert by the source's OP
+column) go this way; merges whose values are Spark expressions (the one-pass aggregate) stay Spark's.
+The commit is fenced as Spark's is: it carries the run's transaction identifier (app id, version) and
+user metadata; it is skipped when the table already recorded a version at or above ours for the app id
+(Delta's idempotent writes); and it is made on the MV version the run read, never rebased: any commit
+in between fails it as a write conflict, and the run is retried.
+
+Where delta-rs writes the table itself: a local warehouse (an object store needs a commit protocol both
+writers honour), a table without change data feed (delta-rs would have to write its change files) and
+with only the table features checked here. Elsewhere, and for a table delta-rs refuses, Spark merges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from arro3.core import Table
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+from pyspark.sql import DataFrame
+
+from workers import warehouse
+from workers.config import Settings
+
+# Writer features of the MV tables mvs makes (``refresh``: deletion vectors on) that delta-rs writes
+# correctly: it applies a file's deletion vector when it rewrites the file (checked by a test).
+_WRITABLE_FEATURES = frozenset({"deletionVectors", "appendOnly", "invariants"})
+# Every Delta concurrent-write conflict matches the "write conflict" rule of ``workers.jobs.errors``.
+_CONFLICT = "DELTA_CONCURRENT_WRITE"
+
+
+class WriteConflict(Exception):
+    """Another writer committed to the MV after the version the run read: the run is retried."""
+
+
+@dataclass(frozen=True)
+class PlainMerge:
+    """Source rows carry the MV's columns and ``op_column``. Rows whose ``op_column`` is ``delete_op``
+    delete the target rows they match (NULL-safe on ``keys``); ``upsert_op`` rows update the row they
+    match (every non-key column) or are inserted; ``insert_op`` rows are only inserted (never matched)."""
+
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    op_column: str
+    delete_op: str
+    upsert_op: str | None = None
+    insert_op: str | None = None
+
+
+def usable(settings: Settings, name: str, version: int) -> bool:
+    """May delta-rs commit to MV ``name`` read at ``version`` (see the module's docstring)?"""
+    if not warehouse.is_local(settings):
+        return False
+    try:
+        table = warehouse.rs_table(settings, name, version)
+    except Exception:  # noqa: BLE001 - unreadable by delta-rs: Spark merges
+        return False
+    protocol = table.protocol()
+    features = set(protocol.writer_features or ())
+    if protocol.min_writer_version > 7 or not features <= _WRITABLE_FEATURES:
+        return False
+    config = table.metadata().configuration
+    cdf = config.get("delta.enableChangeDataFeed", "false").lower() == "true"
+    return not cdf and config.get("delta.columnMapping.mode", "none") == "none"
+
+
+def merge(
+    settings: Settings,
+    name: str,
+    version: int,
+    spec: PlainMerge,
+    source: DataFrame,
+    *,
+    app_id: str,
+    txn_version: int,
+    metadata: str,
+) -> bool:
+    """Commit ``spec`` with ``source`` (small, held) into MV ``name`` as of ``version``. False when
+    nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``.
+
+    Raises WriteConflict when another commit came after ``version``, DeltaProtocolError when delta-rs
+    cannot write the table (then Spark merges: nothing was committed)."""
+    table = warehouse.rs_table(settings, name, version)
+    recorded = table.transaction_version(app_id)
+    if recorded is not None and recorded >= txn_version:
+        return False
+    commit = CommitProperties(
+        custom_metadata={"userMetadata": metadata},
+        app_transactions=[Transaction(app_id, txn_version)],
+        max_commit_retries=0,  # no rebase onto a newer version: see the module's docstring
+    )
+    rows = source.toArrow()
+    try:
+        if rows.num_rows:
+            _merge(table, rows, spec, commit)
+        if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
+            empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
+            write_deltalake(table, empty, mode="append", commit_properties=commit)
+    except CommitFailedError as conflict:
+        raise WriteConflict(
+            f"{_CONFLICT}: another writer committed to {name} after version {version} ({conflict})"
+        ) from conflict
+    return True
+
+
+def _merge(table: DeltaTable, rows: Any, spec: PlainMerge, commit: CommitProperties) -> None:
+    s, t = "s", "t"
+    # Each in parentheses: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM.
+    matches = [f"({t}.{_q(k)} IS NOT DISTINCT FROM {s}.{_q(k)})" for k in spec.keys]
+    condition = " AND ".join(matches) or "TRUE"  # no keys: a global aggregate's one row
+    op = f"{s}.{_q(spec.op_column)}"
+    if spec.insert_op is not None:  # insert-only rows must not match a target row
+        condition = f"({op} <> {_literal(spec.insert_op)}) AND {condition}"
+    builder = table.merge(rows, condition, source_alias=s, target_alias=t, commit_properties=commit)
+    builder = builder.when_matched_delete(f"{op} = {_literal(spec.delete_op)}")
+    values = {_q(c): f"{s}.{_q(c)}" for c in spec.columns}
+    if spec.upsert_op is not None:
+        updates = {k: v for k, v in values.items() if k not in {_q(c) for c in spec.keys}}
+        if updates:
+            builder = builder.when_matched_update(updates, f"{op} = {_literal(spec.upsert_op)}")
+    inserted = [o for o in (spec.upsert_op, spec.insert_op) if o is not None]
+    if inserted:
+        builder = builder.when_not_matched_insert(
+            values, " OR ".join(f"{op} = {_literal(o)}" for o in inserted)
+        )
+    builder.execute()
+
+
+def _q(name: str) -> str:
+    """A column name as a quoted DataFusion identifier (case and punctuation kept)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+__all__ = ["DeltaProtocolError", "PlainMerge", "WriteConflict", "merge", "usable"]
