@@ -125,7 +125,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             return _fenced_out(state.watermark, epoch)
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
-        scope = apply.Scope(session, settings, request.mv_name)
+        scope = apply.Scope(session, settings, request.mv_name, state.mv_version)
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)
         finally:

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from workers.ddl.fast import FastRefreshPlan
-from workers.jobs import held
+from workers.jobs import held, rs_merge
 from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
@@ -128,7 +128,7 @@ def aggregate_merge(
     def two_step(retried: bool = False) -> Change:
         """The MV rows of the changed groups read first, then the MERGE of their new rows (``retried``:
         after the one-pass MERGE met a group to recompute)."""
-        touched = _of_groups(mv, mv_pairs, delta, listed)
+        touched = _touched(scope, mv, mv_pairs, delta, listed)
         marked = touched.withColumn(PRESENT, F.lit(True))
         joined = delta.alias("d").join(marked.alias("m"), null_safe("d", "m", dkeys), "left")
 
@@ -198,7 +198,8 @@ def aggregate_merge(
     # One pass: the rules applied inside the MERGE, which reads the MV rows of the changed groups
     # itself. Not when a value may need the base (no state to read there): a kept state, AVG or a
     # floating sum, or a deleted MIN/MAX value (it is often the extreme).
-    if needs_state(plan, aggs) or not aggs:
+    # Nor where delta-rs reads the changed groups and commits (``rs_merge``): two steps cost less then.
+    if needs_state(plan, aggs) or not aggs or _by_delta_rs(scope):
         return two_step()
     reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
     extremes = [F.col(a.name("m")).isNotNull() for a in aggs if a.item.function in ("MIN", "MAX")]
@@ -213,6 +214,20 @@ def aggregate_merge(
     merge = one_pass_merge(given, delta.where(reached), dkeys, key_values, mv.schema, listed)
     summary = f"{total_groups} groups changed in one pass, 0 recomputed from the base"
     return Change("keyed merge", change_rows, summary, merge=merge, fallback=lambda: two_step(retried=True))
+
+
+def _by_delta_rs(scope: Scope) -> bool:
+    version = scope.mv_version
+    return version is not None and rs_merge.usable(scope.settings, scope.mv_name, version)
+
+
+def _touched(
+    scope: Scope, mv: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame, listed: KeyFilter | None
+) -> DataFrame:
+    """The MV rows of the groups ``delta`` lists, or a superset: read by delta-rs where it may
+    (``rs_merge.read_rows``: no Spark job), else by Spark (``_of_groups``)."""
+    read = scope.mv_rows_by_delta_rs(mv.schema, listed)
+    return read if read is not None else _of_groups(mv, pairs, delta, listed)
 
 
 def _of_groups(

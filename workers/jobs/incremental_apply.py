@@ -32,7 +32,7 @@ from pyspark.sql.types import MapType, StructType, VariantType
 
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import held
+from workers.jobs import held, rs_merge
 from workers.jobs.columns import col, q
 from workers.jobs.guard import check_expression
 from workers.jobs.key_filter import KeyFilter, key_filter
@@ -80,6 +80,7 @@ class Scope:
     session: SparkSession
     settings: Settings
     mv_name: str
+    mv_version: int | None = None  # the MV version the run read
     views: set[str] = field(default_factory=set)
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
@@ -107,6 +108,13 @@ class Scope:
                 self.session.conf.unset(_BROADCAST_THRESHOLD)
             else:
                 self.session.conf.set(_BROADCAST_THRESHOLD, before)
+
+    def mv_rows_by_delta_rs(self, schema: StructType, narrow: KeyFilter | None) -> DataFrame | None:
+        """The MV rows at the run's version that ``narrow`` keeps (or more), read by delta-rs: no Spark
+        job (``rs_merge.read_rows``); None where the caller reads them with Spark."""
+        if self.mv_version is None:
+            return None
+        return rs_merge.read_rows(self.session, self.settings, self.mv_name, self.mv_version, schema, narrow)
 
     def close(self) -> None:
         for view in self.views:
@@ -235,8 +243,9 @@ def projection_change(
     pairs = [(c, c) for c in cols]
     # The MV files that can hold the shrinking rows: the only ones read, and rewritten by the MERGE.
     narrow = key_filter(mv.schema, pairs, shrinking, limit=GROUP_FILTER_LIMIT, ranges=True)
+    read = scope.mv_rows_by_delta_rs(mv.schema, narrow)
     old = (
-        (mv.where(narrow.on()) if narrow is not None else mv)
+        (read if read is not None else mv.where(narrow.on()) if narrow is not None else mv)
         .alias("m")
         .join(F.broadcast(shrinking).alias("n"), null_safe("m", "n", pairs), "left_semi")
         .groupBy(*keyed)

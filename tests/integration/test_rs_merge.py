@@ -1,0 +1,129 @@
+"""MERGEs committed by delta-rs (``workers.jobs.rs_merge``) into MV tables Spark made and reads (real
+Spark, real Delta, real delta-rs): fenced as Spark's idempotent writes are, never rebased over another
+commit, deletion vectors honoured, the watermark committed even when nothing changes, and Spark
+merging where delta-rs may not write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs import rs_merge, tables
+from workers.jobs.errors import classify_failure
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "k long, v long, name string"
+UPSERT = rs_merge.PlainMerge(("k",), ("k", "v", "name"), "op", delete_op="delete", upsert_op="upsert")
+
+
+def _mv(spark: Any, settings: Settings, rows: int = 100) -> None:
+    path = warehouse.table_path(settings, "mv")
+    frame = spark.range(rows).selectExpr("id AS k", "id * 10 AS v", "concat('n', id) AS name")
+    # As a complete refresh makes MV tables: deletion vectors on.
+    frame.write.format("delta").option("delta.enableDeletionVectors", "true").save(path)
+
+
+def _source(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    return spark.createDataFrame(rows, f"{SCHEMA}, op string")
+
+
+def _merge(
+    spark: Any, s: Settings, rows: list[tuple[Any, ...]], txn: int, version: int | None = None
+) -> bool:
+    at = warehouse.latest_version(s, "mv") if version is None else version
+    assert at is not None
+    return rs_merge.merge(
+        s, "mv", at, UPSERT, _source(spark, rows), app_id="mv:mv", txn_version=txn, metadata="m"
+    )
+
+
+def _rows(spark: Any, s: Settings) -> dict[int, tuple[Any, ...]]:
+    return {r["k"]: (r["v"], r["name"]) for r in tables.read_table(spark, s, "mv")}
+
+
+def test_upserts_and_deletes_land_with_the_txn_and_metadata_spark_reads(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    _mv(spark, s)
+    assert rs_merge.usable(s, "mv", 0)
+    rows = [
+        (3, 99, "x", "upsert"),
+        (500, 1, None, "upsert"),
+        (7, None, None, "delete"),
+        (900, 0, "y", "delete"),
+    ]
+    assert _merge(spark, s, rows, txn=5)
+    got = _rows(spark, s)
+    assert got[3] == (99, "x") and got[500] == (1, None) and 7 not in got and 900 not in got
+    assert len(got) == 100 and got[4] == (40, "n4")
+    commit = tables.delta_history(spark, s, "mv")[0]
+    assert commit["version"] == 1 and commit["userMetadata"] == "m"
+    assert commit["txn"] == [{"appId": "mv:mv", "version": 5}]
+
+
+def test_a_recorded_txn_version_at_or_above_ours_skips_the_commit(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    _mv(spark, s)
+    assert _merge(spark, s, [(1, 1, "a", "upsert")], txn=8)
+    for txn in (8, 7):  # a replay, an older epoch: Delta's idempotent writes skip both
+        assert not _merge(spark, s, [(1, 2, "b", "upsert")], txn=txn)
+    assert warehouse.latest_version(s, "mv") == 1 and _rows(spark, s)[1] == (1, "a")
+
+
+def test_a_commit_after_the_version_read_is_a_write_conflict(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    _mv(spark, s)
+    tables.append(spark, s, "mv", [{"k": 1000, "v": 0, "name": "late"}])  # another writer: v1
+    with pytest.raises(rs_merge.WriteConflict) as raised:
+        _merge(spark, s, [(1, 1, "a", "upsert")], txn=3, version=0)
+    failure = classify_failure(raised.value)
+    assert failure.rule == "write conflict" and failure.retryable, failure
+    assert warehouse.latest_version(s, "mv") == 1 and _rows(spark, s)[1] == (10, "n1")
+
+
+def test_a_merge_that_changes_nothing_still_commits_the_watermark(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    _mv(spark, s)
+    for rows in ([(4000, None, None, "delete")], []):  # no match to delete; no rows at all
+        version = warehouse.latest_version(s, "mv")
+        assert version is not None
+        assert _merge(spark, s, rows, txn=version + 10)
+        commit = tables.delta_history(spark, s, "mv")[0]
+        assert commit["version"] == version + 1 and commit["txn"] == [
+            {"appId": "mv:mv", "version": version + 10}
+        ]
+    assert len(_rows(spark, s)) == 100
+
+
+def test_rows_deleted_by_a_deletion_vector_stay_deleted(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    _mv(spark, s)
+    child = spark.newSession()
+    child.conf.set("spark.databricks.delta.delete.deletionVectors.persistent", "true")
+    child.sql(f"DELETE FROM delta.`{warehouse.table_path(s, 'mv')}` WHERE k % 2 = 1")
+    assert tables.delta_history(spark, s, "mv")[0]["operationMetrics"]["numDeletionVectorsAdded"] != "0"
+    assert _merge(spark, s, [(2, 7, "u", "upsert"), (3, 7, "back", "upsert")], txn=1)  # rewrites that file
+    got = _rows(spark, s)
+    assert got[2] == (7, "u") and got[3] == (7, "back")
+    assert sorted(got) == sorted([k for k in range(100) if k % 2 == 0] + [3])
+
+
+def test_delta_rs_does_not_write_a_table_with_change_data_feed_or_off_the_local_disk(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    _mv(spark, s)
+    path = warehouse.table_path(s, "mv")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    assert not rs_merge.usable(s, "mv", 1)  # it would have to write the change files too
+    assert rs_merge.usable(s, "mv", 0)
+    assert not rs_merge.usable(Settings(warehouse="s3a://bucket/warehouse"), "mv", 0)
