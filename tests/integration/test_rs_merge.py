@@ -127,3 +127,18 @@ def test_delta_rs_does_not_write_a_table_with_change_data_feed_or_off_the_local_
     assert not rs_merge.usable(s, "mv", 1)  # it would have to write the change files too
     assert rs_merge.usable(s, "mv", 0)
     assert not rs_merge.usable(Settings(warehouse="s3a://bucket/warehouse"), "mv", 0)
+
+
+def test_spark_reads_the_checkpoints_delta_rs_writes_every_ten_commits(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    _mv(spark, s, rows=20)
+    spark.sql(f"DELETE FROM delta.`{warehouse.table_path(s, 'mv')}` WHERE k = 19")  # v1
+    for i in range(2, 13):  # v2..v12: one checkpoint, at v10
+        assert _merge(spark, s, [(i, i, f"c{i}", "upsert")], txn=i)
+    log = warehouse.local_table_dir(s, "mv") / "_delta_log"
+    assert (log / f"{10:020d}.checkpoint.parquet").exists()
+    assert not (log / f"{11:020d}.checkpoint.parquet").exists()
+    got = _rows(spark, s)
+    assert sorted(got) == list(range(19)) and got[12] == (12, "c12") and got[1] == (10, "n1")

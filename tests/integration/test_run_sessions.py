@@ -33,9 +33,21 @@ def test_runs_interpret_only_while_the_mv_and_its_bases_are_small(
     monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", size)
     assert session.small_tables(s, {"sales": 0, "mv": 0})
 
-    # A writer that left no checksum file: its size is unknown, so the run compiles.
+    # A writer that left no checksum file (delta-rs: ``rs_merge``): the size is read from the log.
+    checksum = warehouse.read_checksum(s, "mv", 0)
     Path(warehouse.local_table_dir(s, "mv"), "_delta_log", f"{0:020d}.crc").unlink()
+    summary = warehouse.table_summary(s, "mv", 0)
+    assert checksum is not None and summary is not None
+    assert (summary["tableSizeBytes"], summary["numFiles"]) == (
+        checksum["tableSizeBytes"],
+        checksum["numFiles"],
+    )
+    assert session.small_tables(s, {"sales": 0, "mv": 0})
+    monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", size - 1)
     assert not session.small_tables(s, {"sales": 0, "mv": 0})
+    # A size nothing can tell (no such table): the run compiles.
+    monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", 1 << 40)
+    assert not session.small_tables(s, {"sales": 0, "gone": 0})
 
 
 def test_an_interpreted_run_session_returns_what_a_compiled_one_does(

@@ -118,8 +118,12 @@ def _merge(
                 metadata=confs[USER_METADATA_CONF],
             )
             return
-        except rs_merge.DeltaProtocolError as refused:  # nothing committed: Spark merges
-            log.warning("delta-rs cannot write %s (%s): Spark merges", target.name, refused)
+        except rs_merge.WriteConflict:
+            raise
+        except Exception as refused:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
+            # Spark merges instead. Had delta-rs committed before failing, Delta skips Spark's MERGE:
+            # it carries the same transaction identifier.
+            log.warning("delta-rs did not merge into %s (%s): Spark merges", target.name, refused)
     merge_with(session, path, spec, confs)
 
 

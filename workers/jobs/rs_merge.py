@@ -22,6 +22,7 @@ with only the table features checked here. Elsewhere, and for a table delta-rs r
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from arro3.core import Table
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -41,8 +42,13 @@ from workers.jobs.key_filter import KeyFilter
 # Writer features of the MV tables mvs makes (``refresh``: deletion vectors on) that delta-rs writes
 # correctly: it applies a file's deletion vector when it rewrites the file (checked by a test).
 _WRITABLE_FEATURES = frozenset({"deletionVectors", "appendOnly", "invariants"})
+log = logging.getLogger(__name__)
+
 # The largest MV (data files, bytes) whose touched rows delta-rs reads whole to filter on the driver.
 READ_LIMIT_BYTES = 16 << 20
+# Spark checkpoints an MV's log every 10 commits (``delta.checkpointInterval``'s default), delta-rs
+# every 100: Spark's snapshot of an MV committed by delta-rs would replay up to 100 commit files.
+CHECKPOINT_INTERVAL = 10
 # Every Delta concurrent-write conflict matches the "write conflict" rule of ``workers.jobs.errors``.
 _CONFLICT = "DELTA_CONCURRENT_WRITE"
 
@@ -99,8 +105,12 @@ def read_rows(
     if not isinstance(size, int) or size > READ_LIMIT_BYTES or not usable(settings, name, version):
         return None
     table = warehouse.rs_table(settings, name, version)
-    rows = pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv"))
-    rows = rows.cast(to_arrow_schema(schema))  # DataFusion's string views and the like: Spark's types
+    try:
+        rows = pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv"))
+        rows = rows.cast(to_arrow_schema(schema))  # DataFusion's string views and the like: Spark's types
+    except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
+        log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
+        return None
     for part in narrow.parts if narrow is not None else ():
         rows = rows.filter(_kept(rows.column(part.column), part))
     return session.createDataFrame(rows, schema=schema)
@@ -136,8 +146,8 @@ def merge(
     """Commit ``spec`` with ``source`` (small, held) into MV ``name`` as of ``version``. False when
     nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``.
 
-    Raises WriteConflict when another commit came after ``version``, DeltaProtocolError when delta-rs
-    cannot write the table (then Spark merges: nothing was committed)."""
+    Raises WriteConflict when another commit came after ``version``; another error when delta-rs
+    cannot merge these rows into this table (the caller has Spark merge: same transaction identifier)."""
     table = warehouse.rs_table(settings, name, version)
     recorded = table.transaction_version(app_id)
     if recorded is not None and recorded >= txn_version:
@@ -158,6 +168,8 @@ def merge(
         raise WriteConflict(
             f"{_CONFLICT}: another writer committed to {name} after version {version} ({conflict})"
         ) from conflict
+    if table.version() % CHECKPOINT_INTERVAL == 0:
+        table.create_checkpoint()
     return True
 
 
@@ -191,6 +203,3 @@ def _q(name: str) -> str:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-__all__ = ["DeltaProtocolError", "PlainMerge", "WriteConflict", "merge", "usable"]
