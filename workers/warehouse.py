@@ -137,7 +137,7 @@ def read_checksum(settings: Settings, name: str, version: int) -> dict[str, Any]
 def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any] | None:
     """``read_checksum``, else the same figures (``tableSizeBytes``, ``numFiles``,
     ``metadata.schemaString``) read from the log by delta-rs, which writes no checksum of its own
-    commits (``workers.jobs.rs_merge``); None when neither can tell."""
+    commits (``workers.jobs.rs_commit``); None when neither can tell."""
     found = read_checksum(settings, name, version)
     if found is not None:
         return found

@@ -53,7 +53,7 @@ def _latest(settings: Settings, base: str) -> int:
 
 def merge_metrics(metrics: Mapping[str, object]) -> dict[str, int]:
     """A MERGE commit's operation metrics by Spark's names (``numTargetRowsUpdated``), whichever
-    writer made it: delta-rs names them ``num_target_rows_updated`` (``workers.jobs.rs_merge``)."""
+    writer made it: delta-rs names them ``num_target_rows_updated`` (``workers.jobs.rs_commit``)."""
     named = {}
     for key, value in metrics.items():
         head, *rest = key.split("_")

@@ -16,7 +16,7 @@ from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.catalog.names import mv_name_problem
 from workers.config import Settings
-from workers.jobs import incremental, mvlog, refresh, rs_merge, tables
+from workers.jobs import incremental, mvlog, refresh, rs_commit, tables
 from workers.jobs.aggregate_state import StateStore
 from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.incremental_apply import Scope
@@ -263,10 +263,10 @@ def test_integer_and_decimal_sums_need_no_count_and_no_state(
     the old sum and the non-NULL counts in and out; only a sum come to exactly 0 after deletes is
     recomputed (all gone, or values left that cancel). Where Spark commits, in one pass when no group
     needs the base (else the one-pass MERGE fails and two steps follow); where delta-rs reads and
-    commits (``rs_merge``), always in two steps."""
+    commits (``rs_commit``), always in two steps."""
     one_pass = writer == "spark"
     if one_pass:
-        monkeypatch.setattr(rs_merge, "usable", lambda *_: False)
+        monkeypatch.setattr(rs_commit, "usable", lambda *_: False)
     s = local_settings
     query = "SELECT g, COUNT(*) AS n, SUM(v) AS s_v, SUM(d) AS s_d FROM sales GROUP BY g"
     _build(

@@ -173,7 +173,7 @@ def test_aggregates_match_complete_refresh(spark: Any, local_settings: Settings)
     inserted = _fast(spark, s, "mv_sums", sums, run="i1")
     assert (
         "4 change rows applied" in inserted.message
-        # Two steps: delta-rs reads the 4 groups' MV rows and commits (``rs_merge``), no Spark MERGE.
+        # Two steps: delta-rs reads the 4 groups' MV rows and commits (``rs_commit``), no Spark MERGE.
         and "keyed merge: 4 groups changed, 0 recomputed" in inserted.message
     )
     assert _rows(spark, s, "mv_sums") == _query_at(spark, s, sums, 2)

@@ -90,7 +90,7 @@ def test_refresh_writes_query_rows_and_watermark_in_one_commit(spark: Any, local
 
 
 def test_a_refresh_counts_its_spark_jobs_and_runs_few(spark: Any, local_settings: Settings) -> None:
-    """Every job of a run is in its job group, and a one-base refresh over an existing MV is a handful
+    """Every job of a run is in its job group, and a one-base refresh over an existing MV is at most 3
     (without adaptive execution Delta's snapshot loads are one job each, not one per stage: 10 before)."""
     s = local_settings
     tables.create_table(spark, s, "sales", [{"id": 1, "amount": 5}, {"id": 2, "amount": 7}], SCHEMA)
@@ -101,8 +101,10 @@ def test_a_refresh_counts_its_spark_jobs_and_runs_few(spark: Any, local_settings
     assert first.applied and second.applied and _rows(spark, s, "mv_jobs") == [(False, 1), (True, 2)]
     assert first.spark_jobs is not None and second.spark_jobs is not None
     tracker = spark.sparkContext.statusTracker()
-    assert 1 <= second.spark_jobs <= len(tracker.getJobIdsForGroup("mv_jobs-r2")) <= 5
-    assert 1 <= first.spark_jobs <= second.spark_jobs  # no MV table yet: no MV snapshot to load
+    # Over an existing small MV the result is collected and written by delta-rs (``rs_commit``): the
+    # base's snapshot, its file skipping and the query; the first build is Spark's write (5 jobs).
+    assert 1 <= second.spark_jobs <= len(tracker.getJobIdsForGroup("mv_jobs-r2")) <= 3
+    assert second.spark_jobs <= first.spark_jobs <= 5
 
 
 def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> None:

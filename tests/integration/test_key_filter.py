@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.integration.run_requests import merge_metrics, run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, key_filter, mvlog, refresh, rs_merge, run_stats, tables
+from workers.jobs import incremental, key_filter, mvlog, refresh, rs_commit, run_stats, tables
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +67,10 @@ def test_ranges_need_a_flag_past_the_limit(spark: Any) -> None:
 def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
     spark: Any, local_settings: Settings, writer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Spark merges where delta-rs may not write (an object store; ``rs_merge.usable``): its target
+    # Spark merges where delta-rs may not write (an object store; ``rs_commit.usable``): its target
     # filter is the key filter. delta-rs prunes the files by the source's keys itself.
     if writer == "spark":
-        monkeypatch.setattr(rs_merge, "usable", lambda *_: False)
+        monkeypatch.setattr(rs_commit, "usable", lambda *_: False)
     s = local_settings
     query = "SELECT id, amount FROM sales"
     tables.create_table(

@@ -33,7 +33,7 @@ def test_runs_interpret_only_while_the_mv_and_its_bases_are_small(
     monkeypatch.setattr(session, "INTERPRET_LIMIT_BYTES", size)
     assert session.small_tables(s, {"sales": 0, "mv": 0})
 
-    # A writer that left no checksum file (delta-rs: ``rs_merge``): the size is read from the log.
+    # A writer that left no checksum file (delta-rs: ``rs_commit``): the size is read from the log.
     checksum = warehouse.read_checksum(s, "mv", 0)
     Path(warehouse.local_table_dir(s, "mv"), "_delta_log", f"{0:020d}.crc").unlink()
     summary = warehouse.table_summary(s, "mv", 0)

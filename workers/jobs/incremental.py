@@ -408,7 +408,7 @@ def _result(
     after = found.delta_version - 1
     commit = next(deltalog.iter_commits(session, settings, request.mv_name, after=after))
     metrics = commit.operation_metrics
-    if commit.operation == "MERGE":  # Spark's metric names, and delta-rs's (``rs_merge``)
+    if commit.operation == "MERGE":  # Spark's metric names, and delta-rs's (``rs_commit``)
         keys: tuple[str, ...] = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
         keys += ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
         written = sum(int(metrics.get(k, "0")) for k in keys)

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from workers.ddl.fast import FastRefreshPlan
-from workers.jobs import held, rs_merge
+from workers.jobs import held, rs_commit
 from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
@@ -198,7 +198,7 @@ def aggregate_merge(
     # One pass: the rules applied inside the MERGE, which reads the MV rows of the changed groups
     # itself. Not when a value may need the base (no state to read there): a kept state, AVG or a
     # floating sum, or a deleted MIN/MAX value (it is often the extreme).
-    # Nor where delta-rs reads the changed groups and commits (``rs_merge``): two steps cost less then.
+    # Nor where delta-rs reads the changed groups and commits (``rs_commit``): two steps cost less then.
     if needs_state(plan, aggs) or not aggs or _by_delta_rs(scope):
         return two_step()
     reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
@@ -218,14 +218,14 @@ def aggregate_merge(
 
 def _by_delta_rs(scope: Scope) -> bool:
     version = scope.mv_version
-    return version is not None and rs_merge.usable(scope.settings, scope.mv_name, version)
+    return version is not None and rs_commit.usable(scope.settings, scope.mv_name, version)
 
 
 def _touched(
     scope: Scope, mv: DataFrame, pairs: list[tuple[str, str]], delta: DataFrame, listed: KeyFilter | None
 ) -> DataFrame:
     """The MV rows of the groups ``delta`` lists, or a superset: read by delta-rs where it may
-    (``rs_merge.read_rows``: no Spark job), else by Spark (``_of_groups``)."""
+    (``rs_commit.read_rows``: no Spark job), else by Spark (``_of_groups``)."""
     read = scope.mv_rows_by_delta_rs(mv.schema, listed)
     return read if read is not None else _of_groups(mv, pairs, delta, listed)
 

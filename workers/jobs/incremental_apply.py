@@ -32,12 +32,12 @@ from pyspark.sql.types import MapType, StructType, VariantType
 
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import held, rs_merge
+from workers.jobs import held, rs_commit
 from workers.jobs.columns import col, q
 from workers.jobs.guard import check_expression
 from workers.jobs.key_filter import KeyFilter, key_filter
 from workers.jobs.refresh import run_query
-from workers.jobs.rs_merge import PlainMerge
+from workers.jobs.rs_commit import PlainMerge
 
 if TYPE_CHECKING:
     from workers.jobs.aggregate_state import StateWrite
@@ -111,10 +111,10 @@ class Scope:
 
     def mv_rows_by_delta_rs(self, schema: StructType, narrow: KeyFilter | None) -> DataFrame | None:
         """The MV rows at the run's version that ``narrow`` keeps (or more), read by delta-rs: no Spark
-        job (``rs_merge.read_rows``); None where the caller reads them with Spark."""
+        job (``rs_commit.read_rows``); None where the caller reads them with Spark."""
         if self.mv_version is None:
             return None
-        return rs_merge.read_rows(self.session, self.settings, self.mv_name, self.mv_version, schema, narrow)
+        return rs_commit.read_rows(self.session, self.settings, self.mv_name, self.mv_version, schema, narrow)
 
     def close(self) -> None:
         for view in self.views:
@@ -141,7 +141,7 @@ class MergeSpec:
     update_set: dict[str, str | Column]
     insert_when: Column
     insert_values: dict[str, str | Column]
-    plain: PlainMerge | None = None  # the same MERGE told without Spark expressions (``rs_merge``)
+    plain: PlainMerge | None = None  # the same MERGE told without Spark expressions (``rs_commit``)
 
 
 def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:

@@ -1,7 +1,7 @@
 """The Delta MERGEs a FAST run commits with (``merge_with``: the MV's and its helper state's),
 idempotent (Delta's transaction identifiers and the run's metadata travel with them) and not copying
 their source (it is held on the driver); for the MV (``commit_merge``) delta-rs for plain merges where
-it may write (``rs_merge``), deletion vectors only for large MV files, and the one-pass MERGE's way
+it may write (``rs_commit``), deletion vectors only for large MV files, and the one-pass MERGE's way
 back to two steps.
 """
 
@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from workers.config import Settings
 from workers.jobs import incremental_apply as apply
-from workers.jobs import rs_merge
+from workers.jobs import rs_commit
 from workers.jobs.metadata import (
     MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
@@ -105,9 +105,9 @@ def _merge(
     MV wants Spark's deletion vectors), else by Spark."""
     plain, settings = spec.plain, target.settings
     small = not large_files(target.checksum)
-    if plain is not None and small and rs_merge.usable(settings, target.name, target.version):
+    if plain is not None and small and rs_commit.usable(settings, target.name, target.version):
         try:
-            rs_merge.merge(
+            rs_commit.merge(
                 settings,
                 target.name,
                 target.version,
@@ -118,7 +118,7 @@ def _merge(
                 metadata=confs[USER_METADATA_CONF],
             )
             return
-        except rs_merge.WriteConflict:
+        except rs_commit.WriteConflict:
             raise
         except Exception as refused:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
             # Spark merges instead. Had delta-rs committed before failing, Delta skips Spark's MERGE:

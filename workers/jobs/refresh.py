@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import deltalog, groups
+from workers.jobs import deltalog, groups, rs_commit
 from workers.jobs import session as session_module
 from workers.jobs.groups import cancel_run
 from workers.jobs.guard import guarded_sql
@@ -83,24 +83,43 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             groups.check_cancelled(request.job_group)
             metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
-            (
-                frame.write.format("delta")
-                .mode("overwrite")
-                .option("overwriteSchema", "true")
-                # An incremental MERGE then marks the rows it replaces instead of rewriting every file
-                # holding one (cost follows the change). Set when the table is created: an older MV
-                # table keeps its protocol (readers without deletion-vector support still read it).
-                .option("delta.enableDeletionVectors", "true")
-                .option("txnAppId", request.task_id)
-                .option("txnVersion", str(txn_version(request.epoch, request.watermark)))
-                .option("userMetadata", metadata)
-                .save(warehouse.table_path(settings, request.mv_name))
-            )
+            txn = txn_version(request.epoch, request.watermark)
+            if mv_version_before is not None and warehouse.table_exists(settings, request.mv_name):
+                done = rs_commit.overwrite(
+                    settings,
+                    request.mv_name,
+                    mv_version_before,
+                    frame,
+                    app_id=request.task_id,
+                    txn_version=txn,
+                    metadata=metadata,
+                )
+            else:  # the first build: Spark makes the table (its protocol, deletion vectors on)
+                done = None
+            if done is None:
+                _write(frame, settings, request, txn, metadata)
         finally:
             for base in pinned:
                 session.catalog.dropTempView(base)
         result = _result(spark, settings, request, mv_version_before, before)
     return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
+
+
+def _write(frame: DataFrame, settings: Settings, request: RunRequest, txn: int, metadata: str) -> None:
+    """The result overwrites the MV by Spark, in one idempotent commit carrying the watermark."""
+    (
+        frame.write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        # An incremental MERGE then marks the rows it replaces instead of rewriting every file
+        # holding one (cost follows the change). Set when the table is created: an older MV
+        # table keeps its protocol (readers without deletion-vector support still read it).
+        .option("delta.enableDeletionVectors", "true")
+        .option("txnAppId", request.task_id)
+        .option("txnVersion", str(txn))
+        .option("userMetadata", metadata)
+        .save(warehouse.table_path(settings, request.mv_name))
+    )
 
 
 def read_at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
@@ -137,7 +156,8 @@ def _result(
     for commit in deltalog.iter_commits(spark, settings, request.mv_name, after=mv_version_before):
         mine = decode_user_metadata(commit.user_metadata, commit.version)
         if mine is not None and mine.run_id == run_id and mine.epoch == epoch and mine.watermark == watermark:
-            rows = int(commit.operation_metrics.get("numOutputRows", "0"))
+            metrics = commit.operation_metrics  # Spark's name, or delta-rs's (``rs_commit.overwrite``)
+            rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", "0")))
             return RefreshResult(
                 applied=True,
                 rows_written=rows,

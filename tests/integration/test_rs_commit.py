@@ -1,4 +1,4 @@
-"""MERGEs committed by delta-rs (``workers.jobs.rs_merge``) into MV tables Spark made and reads (real
+"""MERGEs committed by delta-rs (``workers.jobs.rs_commit``) into MV tables Spark made and reads (real
 Spark, real Delta, real delta-rs): fenced as Spark's idempotent writes are, never rebased over another
 commit, deletion vectors honoured, the watermark committed even when nothing changes, and Spark
 merging where delta-rs may not write."""
@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 
+from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import rs_merge, tables
+from workers.jobs import refresh, rs_commit, tables
 from workers.jobs.errors import classify_failure
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = "k long, v long, name string"
-UPSERT = rs_merge.PlainMerge(("k",), ("k", "v", "name"), "op", delete_op="delete", upsert_op="upsert")
+UPSERT = rs_commit.PlainMerge(("k",), ("k", "v", "name"), "op", delete_op="delete", upsert_op="upsert")
 
 
 def _mv(spark: Any, settings: Settings, rows: int = 100) -> None:
@@ -36,7 +37,7 @@ def _merge(
 ) -> bool:
     at = warehouse.latest_version(s, "mv") if version is None else version
     assert at is not None
-    return rs_merge.merge(
+    return rs_commit.merge(
         s, "mv", at, UPSERT, _source(spark, rows), app_id="mv:mv", txn_version=txn, metadata="m"
     )
 
@@ -50,7 +51,7 @@ def test_upserts_and_deletes_land_with_the_txn_and_metadata_spark_reads(
 ) -> None:
     s = local_settings
     _mv(spark, s)
-    assert rs_merge.usable(s, "mv", 0)
+    assert rs_commit.usable(s, "mv", 0)
     rows = [
         (3, 99, "x", "upsert"),
         (500, 1, None, "upsert"),
@@ -81,7 +82,7 @@ def test_a_commit_after_the_version_read_is_a_write_conflict(spark: Any, local_s
     s = local_settings
     _mv(spark, s)
     tables.append(spark, s, "mv", [{"k": 1000, "v": 0, "name": "late"}])  # another writer: v1
-    with pytest.raises(rs_merge.WriteConflict) as raised:
+    with pytest.raises(rs_commit.WriteConflict) as raised:
         _merge(spark, s, [(1, 1, "a", "upsert")], txn=3, version=0)
     failure = classify_failure(raised.value)
     assert failure.rule == "write conflict" and failure.retryable, failure
@@ -124,9 +125,9 @@ def test_delta_rs_does_not_write_a_table_with_change_data_feed_or_off_the_local_
     _mv(spark, s)
     path = warehouse.table_path(s, "mv")
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-    assert not rs_merge.usable(s, "mv", 1)  # it would have to write the change files too
-    assert rs_merge.usable(s, "mv", 0)
-    assert not rs_merge.usable(Settings(warehouse="s3a://bucket/warehouse"), "mv", 0)
+    assert not rs_commit.usable(s, "mv", 1)  # it would have to write the change files too
+    assert rs_commit.usable(s, "mv", 0)
+    assert not rs_commit.usable(Settings(warehouse="s3a://bucket/warehouse"), "mv", 0)
 
 
 def test_spark_reads_the_checkpoints_delta_rs_writes_every_ten_commits(
@@ -142,3 +143,40 @@ def test_spark_reads_the_checkpoints_delta_rs_writes_every_ten_commits(
     assert not (log / f"{11:020d}.checkpoint.parquet").exists()
     got = _rows(spark, s)
     assert sorted(got) == list(range(19)) and got[12] == (12, "c12") and got[1] == (10, "n1")
+
+
+def _complete(spark: Any, s: Settings, query: str, run: str) -> Any:
+    return refresh.refresh_complete(spark, s, run_request(s, "top", query, run=run))
+
+
+def _by_delta_rs(spark: Any, s: Settings) -> bool:
+    return "num_added_rows" in tables.delta_history(spark, s, "top")[0]["operationMetrics"]
+
+
+def test_a_small_complete_refresh_is_written_by_delta_rs_unless_its_columns_change(
+    spark: Any, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    tables.create_table(
+        spark, s, "sales", [{"g": f"g{i % 3}", "v": i} for i in range(10)], "g string, v long"
+    )
+    query = "SELECT g, SUM(v) AS total FROM sales GROUP BY g"
+    assert _complete(spark, s, query, "build").applied and not _by_delta_rs(spark, s)  # Spark makes it
+
+    tables.append(spark, s, "sales", [{"g": "g9", "v": 100}])
+    again = _complete(spark, s, query, "again")
+    assert again.applied and again.rows_written == 4 and _by_delta_rs(spark, s), again
+    got = {r["g"]: r["total"] for r in tables.read_table(spark, s, "top")}
+    assert got == {"g0": 18, "g1": 12, "g2": 15, "g9": 100}
+    assert tables.delta_history(spark, s, "top")[0]["txn"][0]["appId"] == "mv:top"
+    replay = _complete(spark, s, query, "again")  # the same epoch and watermark: skipped
+    assert not replay.applied and warehouse.latest_version(s, "top") == again.delta_version
+
+    # New columns: Spark writes (it changes the table's schema); so it does for a result too large.
+    wider = "SELECT g, SUM(v) AS total, COUNT(*) AS n FROM sales GROUP BY g"
+    tables.append(spark, s, "sales", [{"g": "g9", "v": 1}])
+    assert _complete(spark, s, wider, "wider").applied and not _by_delta_rs(spark, s)
+    monkeypatch.setattr(rs_commit, "OVERWRITE_ROWS", 3)
+    tables.append(spark, s, "sales", [{"g": "g8", "v": 1}])
+    assert _complete(spark, s, wider, "large").applied and not _by_delta_rs(spark, s)
+    assert len(tables.read_table(spark, s, "top")) == 5
