@@ -24,6 +24,8 @@ with only the table features checked here. Elsewhere, and for a table delta-rs r
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,9 +105,7 @@ def read_rows(
     a merge touches; all rows without one), read by delta-rs and handed to Spark as a local relation:
     no Delta snapshot, file-skipping or scan job in Spark. None (the caller reads with Spark) where
     delta-rs does not write the MV either (``usable``) or the MV is over ``READ_LIMIT_BYTES``."""
-    summary = warehouse.table_summary(settings, name, version) or {}
-    size = summary.get("tableSizeBytes")
-    if not isinstance(size, int) or size > READ_LIMIT_BYTES or not usable(settings, name, version):
+    if not _small(settings, name, version):
         return None
     table = warehouse.rs_table(settings, name, version)
     try:
@@ -152,22 +152,16 @@ def merge(
     Raises WriteConflict when another commit came after ``version``; another error when delta-rs
     cannot merge these rows into this table (the caller has Spark merge: same transaction identifier)."""
     table = warehouse.rs_table(settings, name, version)
-    recorded = table.transaction_version(app_id)
-    if recorded is not None and recorded >= txn_version:
+    if _recorded(table, app_id, txn_version):
         return False
     commit = _commit(app_id, txn_version, metadata)
     rows = source.toArrow()
-    try:
+    with _committing(table, name, version):
         if rows.num_rows:
             _merge(table, rows, spec, commit)
         if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
             empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
             write_deltalake(table, empty, mode="append", commit_properties=commit)
-    except CommitFailedError as conflict:
-        raise WriteConflict(
-            f"{_CONFLICT}: another writer committed to {name} after version {version} ({conflict})"
-        ) from conflict
-    _checkpoint(table)
     return True
 
 
@@ -189,13 +183,10 @@ def overwrite(
     ``OVERWRITE_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
     Raises WriteConflict when another commit came after ``version``."""
-    summary = warehouse.table_summary(settings, name, version) or {}
-    size = summary.get("tableSizeBytes")
-    if not isinstance(size, int) or size > READ_LIMIT_BYTES or not usable(settings, name, version):
+    if not _small(settings, name, version):
         return None
     table = warehouse.rs_table(settings, name, version)
-    recorded = table.transaction_version(app_id)
-    if recorded is not None and recorded >= txn_version:
+    if _recorded(table, app_id, txn_version):
         return False
     try:
         wanted = pa.schema(table.schema().to_arrow())
@@ -208,15 +199,9 @@ def overwrite(
     except Exception as unfit:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs does not write %s (%s): Spark writes", name, unfit)
         return None
-    try:
-        write_deltalake(
-            table, rows, mode="overwrite", commit_properties=_commit(app_id, txn_version, metadata)
-        )
-    except CommitFailedError as conflict:
-        raise WriteConflict(
-            f"{_CONFLICT}: another writer committed to {name} after version {version} ({conflict})"
-        ) from conflict
-    _checkpoint(table)
+    commit = _commit(app_id, txn_version, metadata)
+    with _committing(table, name, version):
+        write_deltalake(table, rows, mode="overwrite", commit_properties=commit)
     return True
 
 
@@ -228,7 +213,29 @@ def _commit(app_id: str, txn_version: int, metadata: str) -> CommitProperties:
     )
 
 
-def _checkpoint(table: DeltaTable) -> None:
+def _small(settings: Settings, name: str, version: int) -> bool:
+    """Is MV ``name`` at ``version`` within ``READ_LIMIT_BYTES``, and may delta-rs write it?"""
+    size = (warehouse.table_summary(settings, name, version) or {}).get("tableSizeBytes")
+    return isinstance(size, int) and size <= READ_LIMIT_BYTES and usable(settings, name, version)
+
+
+def _recorded(table: DeltaTable, app_id: str, txn_version: int) -> bool:
+    """Has the table recorded ``txn_version`` or more for ``app_id``? Delta's idempotent writes skip
+    such a commit (a replay, or an older epoch than the table's writer)."""
+    recorded = table.transaction_version(app_id)
+    return recorded is not None and recorded >= txn_version
+
+
+@contextmanager
+def _committing(table: DeltaTable, name: str, version: int) -> Iterator[None]:
+    """A commit made on ``version``: a commit after it is a WriteConflict; a checkpoint every
+    ``CHECKPOINT_INTERVAL`` versions."""
+    try:
+        yield
+    except CommitFailedError as conflict:
+        raise WriteConflict(
+            f"{_CONFLICT}: another writer committed to {name} after version {version} ({conflict})"
+        ) from conflict
     if table.version() % CHECKPOINT_INTERVAL == 0:
         table.create_checkpoint()
 
