@@ -34,7 +34,7 @@ def _source(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
 
 def _merge(
     spark: Any, s: Settings, rows: list[tuple[Any, ...]], txn: int, version: int | None = None
-) -> bool:
+) -> bool | None:
     at = warehouse.latest_version(s, "mv") if version is None else version
     assert at is not None
     return rs_commit.merge(
@@ -176,7 +176,22 @@ def test_a_small_complete_refresh_is_written_by_delta_rs_unless_its_columns_chan
     wider = "SELECT g, SUM(v) AS total, COUNT(*) AS n FROM sales GROUP BY g"
     tables.append(spark, s, "sales", [{"g": "g9", "v": 1}])
     assert _complete(spark, s, wider, "wider").applied and not _by_delta_rs(spark, s)
-    monkeypatch.setattr(rs_commit, "OVERWRITE_ROWS", 3)
+    monkeypatch.setattr(rs_commit, "ARROW_ROWS", 3)
     tables.append(spark, s, "sales", [{"g": "g8", "v": 1}])
     assert _complete(spark, s, wider, "large").applied and not _by_delta_rs(spark, s)
     assert len(tables.read_table(spark, s, "top")) == 5
+
+
+def test_more_rows_than_the_hand_over_takes_stay_with_spark(
+    spark: Any, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    _mv(spark, s)
+    monkeypatch.setattr(rs_commit, "ARROW_ROWS", 1)
+    assert _merge(spark, s, [(1, 1, "a", "upsert"), (2, 2, "b", "upsert")], txn=1) is None
+    assert warehouse.latest_version(s, "mv") == 0  # nothing committed: the caller has Spark merge
+    schema = spark.read.format("delta").load(warehouse.table_path(s, "mv")).schema
+    assert rs_commit.read_rows(spark, s, "mv", 0, schema, None) is None
+    monkeypatch.setattr(rs_commit, "ARROW_ROWS", 100)
+    read = rs_commit.read_rows(spark, s, "mv", 0, schema, None)
+    assert read is not None and read.count() == 100

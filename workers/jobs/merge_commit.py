@@ -107,7 +107,7 @@ def _merge(
     small = not large_files(target.checksum)
     if plain is not None and small and rs_commit.usable(settings, target.name, target.version):
         try:
-            rs_commit.merge(
+            done = rs_commit.merge(
                 settings,
                 target.name,
                 target.version,
@@ -117,7 +117,8 @@ def _merge(
                 txn_version=int(confs[TXN_VERSION_CONF]),
                 metadata=confs[USER_METADATA_CONF],
             )
-            return
+            if done is not None:
+                return
         except rs_commit.WriteConflict:
             raise
         except Exception as refused:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks

@@ -49,8 +49,9 @@ log = logging.getLogger(__name__)
 
 # The largest MV (data files, bytes) whose touched rows delta-rs reads whole to filter on the driver.
 READ_LIMIT_BYTES = 16 << 20
-# The most rows of a complete refresh's result delta-rs writes (collected on the driver first).
-OVERWRITE_ROWS = 200_000
+# The most rows handed between Spark and delta-rs (both hold them on the driver): a larger MERGE source,
+# complete result or read of touched MV rows stays Spark's.
+ARROW_ROWS = 200_000
 # Spark checkpoints an MV's log every 10 commits (``delta.checkpointInterval``'s default), delta-rs
 # every 100: Spark's snapshot of an MV committed by delta-rs would replay up to 100 commit files.
 CHECKPOINT_INTERVAL = 10
@@ -104,7 +105,8 @@ def read_rows(
     """The rows of MV ``name`` at ``version`` that ``narrow``'s IN lists keep (a superset of the rows
     a merge touches; all rows without one), read by delta-rs and handed to Spark as a local relation:
     no Delta snapshot, file-skipping or scan job in Spark. None (the caller reads with Spark) where
-    delta-rs does not write the MV either (``usable``) or the MV is over ``READ_LIMIT_BYTES``."""
+    delta-rs does not write the MV either (``usable``), the MV is over ``READ_LIMIT_BYTES`` or the rows
+    kept over ``ARROW_ROWS``."""
     if not _small(settings, name, version):
         return None
     table = warehouse.rs_table(settings, name, version)
@@ -116,6 +118,8 @@ def read_rows(
         return None
     for part in narrow.parts if narrow is not None else ():
         rows = rows.filter(_kept(rows.column(part.column), part))
+    if rows.num_rows > ARROW_ROWS:
+        return None
     return session.createDataFrame(rows, schema=schema)
 
 
@@ -145,9 +149,10 @@ def merge(
     app_id: str,
     txn_version: int,
     metadata: str,
-) -> bool:
+) -> bool | None:
     """Commit ``spec`` with ``source`` (small, held) into MV ``name`` as of ``version``. False when
-    nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``.
+    nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``;
+    None when ``source`` has over ``ARROW_ROWS`` rows (Spark merges).
 
     Raises WriteConflict when another commit came after ``version``; another error when delta-rs
     cannot merge these rows into this table (the caller has Spark merge: same transaction identifier)."""
@@ -155,7 +160,9 @@ def merge(
     if _recorded(table, app_id, txn_version):
         return False
     commit = _commit(app_id, txn_version, metadata)
-    rows = source.toArrow()
+    rows = source.limit(ARROW_ROWS + 1).toArrow()  # held: no job beyond the hand-over
+    if rows.num_rows > ARROW_ROWS:
+        return None
     with _committing(table, name, version):
         if rows.num_rows:
             _merge(table, rows, spec, commit)
@@ -180,7 +187,7 @@ def overwrite(
     the write and its statistics: ~0.5 s more for a tiny MV). True when committed, False when the
     table already recorded ``txn_version`` or more for ``app_id``; None where Spark writes instead:
     delta-rs may not write the MV (``usable``), it was or now is over ``READ_LIMIT_BYTES`` /
-    ``OVERWRITE_ROWS``, or the result's columns are not the table's (Spark changes the schema).
+    ``ARROW_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
     Raises WriteConflict when another commit came after ``version``."""
     if not _small(settings, name, version):
@@ -192,8 +199,8 @@ def overwrite(
         wanted = pa.schema(table.schema().to_arrow())
         if [(f.name, f.type) for f in to_arrow_schema(frame.schema)] != [(f.name, f.type) for f in wanted]:
             return None
-        rows = frame.limit(OVERWRITE_ROWS + 1).toArrow()
-        if rows.num_rows > OVERWRITE_ROWS:
+        rows = frame.limit(ARROW_ROWS + 1).toArrow()
+        if rows.num_rows > ARROW_ROWS:
             return None
         rows = rows.cast(wanted)
     except Exception as unfit:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
