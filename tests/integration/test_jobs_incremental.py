@@ -250,6 +250,7 @@ def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: S
     # A new owner (epoch 3) has started: its first step fences the MV for its epoch. The old owner
     # (epoch 2) still read epoch 1's watermark, computes its MERGE, and Delta skips the commit.
     mv_version = warehouse.latest_version(s, "mv_s")
+    assert mv_version is not None
     incremental._fence(spark, s, run_request(s, "mv_s", sums, epoch=3, run="new-owner"), 2)
     fence = tables.delta_history(spark, s, "mv_s")[0]
     assert (
@@ -281,6 +282,7 @@ def test_a_stale_owners_commit_of_the_pinned_versions_leaves_nothing_to_apply(
     tables.append(spark, s, "sales", [_row(3, "eu", 7)])  # v2
     assert _fast(spark, s, "mv_r", sums, epoch=2, run="old-owner").applied
     rows, version = _rows(spark, s, "mv_r"), warehouse.latest_version(s, "mv_r")
+    assert version is not None
 
     changes.forget()  # the new owner is another process: it holds none of the old owner's change rows
     late = _fast(spark, s, "mv_r", sums, epoch=3, run="new-owner")
