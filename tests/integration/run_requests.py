@@ -49,13 +49,3 @@ def _latest(settings: Settings, base: str) -> int:
     version = warehouse.latest_version(settings, base)
     assert version is not None, f"base table {base} does not exist"
     return version
-
-
-def merge_metrics(metrics: Mapping[str, object]) -> dict[str, int]:
-    """A MERGE commit's operation metrics by Spark's names (``numTargetRowsUpdated``), whichever
-    writer made it: delta-rs names them ``num_target_rows_updated`` (``workers.jobs.rs_commit``)."""
-    named = {}
-    for key, value in metrics.items():
-        head, *rest = key.split("_")
-        named[head + "".join(word.capitalize() for word in rest)] = int(str(value))
-    return named

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.run_requests import merge_metrics, run_request
+from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import incremental, key_filter, mvlog, refresh, rs_commit, run_stats, tables
@@ -87,11 +87,10 @@ def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
     result = incremental.refresh_incremental(spark, s, request)
     assert result.applied and "rewrite merge" in (result.message or ""), result.message
     commit = tables.delta_history(spark, s, "mv")[0]
-    by_delta_rs = "num_target_rows_deleted" in commit["operationMetrics"]  # delta-rs's metric names
-    assert by_delta_rs == (writer == "delta-rs"), commit
-    metrics = merge_metrics(commit["operationMetrics"])
-    assert metrics["numTargetFilesRemoved"] == 1, metrics
-    assert metrics["numTargetRowsDeleted"] == 1, metrics
+    assert commit["engine"].startswith("delta-rs") == (writer == "delta-rs"), commit
+    metrics = commit["operationMetrics"]  # by Spark's names, whichever engine wrote it
+    assert metrics["numTargetFilesRemoved"] == "1", metrics
+    assert metrics["numTargetRowsDeleted"] == "1", metrics
     if writer == "spark":
         # The MERGE reads only the MV file(s) whose ids span 150 (of the batch 100..199), to find the
         # matches and to rewrite them: without the filter on the target it reads all 300 MV rows.

@@ -63,7 +63,12 @@ def test_upserts_and_deletes_land_with_the_txn_and_metadata_spark_reads(
     assert got[3] == (99, "x") and got[500] == (1, None) and 7 not in got and 900 not in got
     assert len(got) == 100 and got[4] == (40, "n4")
     commit = tables.delta_history(spark, s, "mv")[0]
-    assert commit["version"] == 1 and commit["userMetadata"] == "m"
+    assert (
+        commit["version"] == 1 and commit["userMetadata"] == "m" and commit["engine"].startswith("delta-rs")
+    )
+    metrics = commit["operationMetrics"]  # delta-rs's names read as Spark's (``deltalog``)
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == ("1", "1"), metrics
+    assert metrics["numTargetRowsDeleted"] == "1", metrics
     assert commit["txn"] == [{"appId": "mv:mv", "version": 5}]
 
 
@@ -150,7 +155,7 @@ def _complete(spark: Any, s: Settings, query: str, run: str) -> Any:
 
 
 def _by_delta_rs(spark: Any, s: Settings) -> bool:
-    return "num_added_rows" in tables.delta_history(spark, s, "top")[0]["operationMetrics"]
+    return str(tables.delta_history(spark, s, "top")[0]["engine"]).startswith("delta-rs")
 
 
 def test_a_small_complete_refresh_is_written_by_delta_rs_unless_its_columns_change(

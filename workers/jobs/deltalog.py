@@ -25,9 +25,11 @@ class CommitInfo:
     operation: str | None
     user_metadata: str | None
     operation_parameters: dict[str, str] = field(default_factory=dict)
+    # By Spark's names whichever engine wrote the commit (``_spark_names``).
     operation_metrics: dict[str, str] = field(default_factory=dict)
     # (appId, version) of the commit's idempotent-write actions.
     txns: tuple[tuple[str, int], ...] = ()
+    engine: str | None = None  # ``engineInfo``: "Apache-Spark/… Delta-Lake/…", "delta-rs:py-…"
 
 
 def current_version(spark: SparkSession | None, settings: Settings, name: str) -> int | None:
@@ -63,9 +65,26 @@ def _from_actions(version: int, actions: list[dict[str, Any]]) -> CommitInfo:
         operation=info.get("operation"),
         user_metadata=info.get("userMetadata"),
         operation_parameters={k: str(v) for k, v in (info.get("operationParameters") or {}).items()},
-        operation_metrics={k: str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+        operation_metrics=_spark_names(info.get("operationMetrics") or {}),
         txns=txns,
+        engine=info.get("engineInfo"),
     )
+
+
+# delta-rs's names for the metrics Spark names otherwise (after snake_case to camelCase).
+_RENAMED = {"numAddedRows": "numOutputRows"}
+
+
+def _spark_names(metrics: dict[str, Any]) -> dict[str, str]:
+    """Operation metrics by Spark's names: delta-rs (``workers.jobs.rs_commit``) writes
+    ``num_target_rows_updated`` for Spark's ``numTargetRowsUpdated`` and ``num_added_rows`` for
+    ``numOutputRows``."""
+    named: dict[str, str] = {}
+    for key, value in metrics.items():
+        head, *rest = key.split("_")
+        camel = head + "".join(word.capitalize() for word in rest)
+        named[_RENAMED.get(camel, camel)] = str(value)
+    return named
 
 
 def forget_table(settings: Settings, name: str) -> None:

@@ -34,7 +34,7 @@ from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
-from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog
+from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog, rs_commit
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
@@ -125,7 +125,10 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             return _fenced_out(state.watermark, epoch)
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
-        scope = apply.Scope(session, settings, request.mv_name, state.mv_version)
+        mv_summary = checksum(request.mv_name, state.mv_version)
+        commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
+        reads = commits and rs_commit.small(mv_summary)
+        scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads)
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)
         finally:
@@ -320,7 +323,8 @@ def _apply(
         )
         return change.change_rows, _detail(change, shared)
     confs = merge_confs(task_id, version, metadata)
-    target = Target(settings, request.mv_name, state.mv_version, checksum(request.mv_name, state.mv_version))
+    mv_summary = checksum(request.mv_name, state.mv_version)
+    target = Target(settings, request.mv_name, state.mv_version, mv_summary, scope.delta_rs_commits)
     change = commit_merge(session, path, change, confs, target, partial(_step, session, request))
     return change.change_rows, _detail(change, shared)
 
@@ -408,9 +412,8 @@ def _result(
     after = found.delta_version - 1
     commit = next(deltalog.iter_commits(session, settings, request.mv_name, after=after))
     metrics = commit.operation_metrics
-    if commit.operation == "MERGE":  # Spark's metric names, and delta-rs's (``rs_commit``)
-        keys: tuple[str, ...] = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
-        keys += ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
+    if commit.operation == "MERGE":
+        keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
         written = sum(int(metrics.get(k, "0")) for k in keys)
     else:
         written = int(metrics.get("numOutputRows", "0"))

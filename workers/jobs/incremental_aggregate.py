@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from workers.ddl.fast import FastRefreshPlan
-from workers.jobs import held, rs_commit
+from workers.jobs import held
 from workers.jobs import incremental_apply as apply
 from workers.jobs.aggregate_deltas import (
     IN_STATE,
@@ -199,7 +199,7 @@ def aggregate_merge(
     # itself. Not when a value may need the base (no state to read there): a kept state, AVG or a
     # floating sum, or a deleted MIN/MAX value (it is often the extreme).
     # Nor where delta-rs reads the changed groups and commits (``rs_commit``): two steps cost less then.
-    if needs_state(plan, aggs) or not aggs or _by_delta_rs(scope):
+    if needs_state(plan, aggs) or not aggs or scope.delta_rs_reads:
         return two_step()
     reached = F.coalesce(F.col(ROWS), F.lit(0)) > 0
     extremes = [F.col(a.name("m")).isNotNull() for a in aggs if a.item.function in ("MIN", "MAX")]
@@ -214,11 +214,6 @@ def aggregate_merge(
     merge = one_pass_merge(given, delta.where(reached), dkeys, key_values, mv.schema, listed)
     summary = f"{total_groups} groups changed in one pass, 0 recomputed from the base"
     return Change("keyed merge", change_rows, summary, merge=merge, fallback=lambda: two_step(retried=True))
-
-
-def _by_delta_rs(scope: Scope) -> bool:
-    version = scope.mv_version
-    return version is not None and rs_commit.usable(scope.settings, scope.mv_name, version)
 
 
 def _touched(

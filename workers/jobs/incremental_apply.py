@@ -81,6 +81,9 @@ class Scope:
     settings: Settings
     mv_name: str
     mv_version: int | None = None  # the MV version the run read
+    # Decided once per run (``rs_commit``): may delta-rs commit to that version, and read it whole?
+    delta_rs_commits: bool = False
+    delta_rs_reads: bool = False
     views: set[str] = field(default_factory=set)
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
@@ -112,7 +115,7 @@ class Scope:
     def mv_rows_by_delta_rs(self, schema: StructType, narrow: KeyFilter | None) -> DataFrame | None:
         """The MV rows at the run's version that ``narrow`` keeps (or more), read by delta-rs: no Spark
         job (``rs_commit.read_rows``); None where the caller reads them with Spark."""
-        if self.mv_version is None:
+        if not self.delta_rs_reads or self.mv_version is None:
             return None
         return rs_commit.read_rows(self.session, self.settings, self.mv_name, self.mv_version, schema, narrow)
 

@@ -70,6 +70,7 @@ class Target:
     name: str
     version: int
     checksum: Mapping[str, Any] | None  # Delta's checksum of that version, if written
+    delta_rs: bool  # may delta-rs commit to that version (``rs_commit.usable``, decided once per run)
 
 
 def commit_merge(
@@ -104,8 +105,7 @@ def _merge(
     """By delta-rs when the MERGE is plain and delta-rs may write the MV (small files: a large-file
     MV wants Spark's deletion vectors), else by Spark."""
     plain, settings = spec.plain, target.settings
-    small = not large_files(target.checksum)
-    if plain is not None and small and rs_commit.usable(settings, target.name, target.version):
+    if plain is not None and target.delta_rs and not large_files(target.checksum):
         try:
             done = rs_commit.merge(
                 settings,

@@ -84,7 +84,7 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
             groups.check_cancelled(request.job_group)
             metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
             txn = txn_version(request.epoch, request.watermark)
-            if mv_version_before is not None and warehouse.table_exists(settings, request.mv_name):
+            if mv_version_before is not None:
                 done = rs_commit.overwrite(
                     settings,
                     request.mv_name,
@@ -156,8 +156,7 @@ def _result(
     for commit in deltalog.iter_commits(spark, settings, request.mv_name, after=mv_version_before):
         mine = decode_user_metadata(commit.user_metadata, commit.version)
         if mine is not None and mine.run_id == run_id and mine.epoch == epoch and mine.watermark == watermark:
-            metrics = commit.operation_metrics  # Spark's name, or delta-rs's (``rs_commit.overwrite``)
-            rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", "0")))
+            rows = int(commit.operation_metrics.get("numOutputRows", "0"))
             return RefreshResult(
                 applied=True,
                 rows_written=rows,

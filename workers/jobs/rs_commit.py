@@ -24,7 +24,7 @@ with only the table features checked here. Elsewhere, and for a table delta-rs r
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +85,16 @@ def usable(settings: Settings, name: str, version: int) -> bool:
         table = warehouse.rs_table(settings, name, version)
     except Exception:  # noqa: BLE001 - unreadable by delta-rs: Spark merges
         return False
+    return _writable(table)
+
+
+def small(summary: Mapping[str, Any] | None) -> bool:
+    """Is an MV of this summary (``warehouse.table_summary``) within ``READ_LIMIT_BYTES``?"""
+    size = (summary or {}).get("tableSizeBytes")
+    return isinstance(size, int) and size <= READ_LIMIT_BYTES
+
+
+def _writable(table: DeltaTable) -> bool:
     protocol = table.protocol()
     features = set(protocol.writer_features or ())
     if protocol.min_writer_version > 7 or not features <= _WRITABLE_FEATURES:
@@ -102,13 +112,11 @@ def read_rows(
     schema: StructType,
     narrow: KeyFilter | None,
 ) -> DataFrame | None:
-    """The rows of MV ``name`` at ``version`` that ``narrow``'s IN lists keep (a superset of the rows
-    a merge touches; all rows without one), read by delta-rs and handed to Spark as a local relation:
-    no Delta snapshot, file-skipping or scan job in Spark. None (the caller reads with Spark) where
-    delta-rs does not write the MV either (``usable``), the MV is over ``READ_LIMIT_BYTES`` or the rows
-    kept over ``ARROW_ROWS``."""
-    if not _small(settings, name, version):
-        return None
+    """The rows of MV ``name`` at ``version`` that ``narrow``'s IN lists or ranges keep (a superset of
+    the rows a merge touches; all rows without one), read whole by delta-rs (for an MV the caller found
+    ``usable`` and ``small``) and handed to Spark as a local relation: no Delta snapshot, file-skipping
+    or scan job in Spark. None (the caller reads with Spark) when the rows kept are over ``ARROW_ROWS``
+    or a column does not convert."""
     table = warehouse.rs_table(settings, name, version)
     try:
         rows = pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv"))
@@ -190,9 +198,11 @@ def overwrite(
     ``ARROW_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
     Raises WriteConflict when another commit came after ``version``."""
-    if not _small(settings, name, version):
+    if not warehouse.is_local(settings) or not small(warehouse.table_summary(settings, name, version)):
         return None
     table = warehouse.rs_table(settings, name, version)
+    if not _writable(table):
+        return None
     if _recorded(table, app_id, txn_version):
         return False
     try:
@@ -218,12 +228,6 @@ def _commit(app_id: str, txn_version: int, metadata: str) -> CommitProperties:
         app_transactions=[Transaction(app_id, txn_version)],
         max_commit_retries=0,  # no rebase onto a newer version: see the module's docstring
     )
-
-
-def _small(settings: Settings, name: str, version: int) -> bool:
-    """Is MV ``name`` at ``version`` within ``READ_LIMIT_BYTES``, and may delta-rs write it?"""
-    size = (warehouse.table_summary(settings, name, version) or {}).get("tableSizeBytes")
-    return isinstance(size, int) and size <= READ_LIMIT_BYTES and usable(settings, name, version)
 
 
 def _recorded(table: DeltaTable, app_id: str, txn_version: int) -> bool:

@@ -43,7 +43,8 @@ def read_table(
 
 def delta_history(spark: SparkSession, settings: Settings, name: str) -> list[dict[str, Any]]:
     """Commits of ``name``, newest first: version, timestamp, operation, userMetadata,
-    operationMetrics and txn (list of {appId, version}; visible on local warehouses only)."""
+    operationMetrics (by Spark's names), txn (list of {appId, version}; visible on local warehouses only)
+    and engine (the writer's ``engineInfo``)."""
     return [
         {
             "version": c.version,
@@ -52,6 +53,7 @@ def delta_history(spark: SparkSession, settings: Settings, name: str) -> list[di
             "userMetadata": c.user_metadata,
             "operationMetrics": c.operation_metrics,
             "txn": [{"appId": app, "version": version} for app, version in c.txns],
+            "engine": c.engine,
         }
         for c in deltalog.iter_commits(spark, settings, name)
     ]
