@@ -13,7 +13,7 @@ from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import held as held_frames
-from workers.jobs import incremental, incremental_apply, mvlog, refresh, tables
+from workers.jobs import incremental, incremental_apply, mvlog, refresh, rs_arrow, tables
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +25,16 @@ AGGREGATE = (
 )
 
 
-@pytest.fixture(autouse=True, params=["on the driver", "on the executors"])
+@pytest.fixture(autouse=True, params=["on the driver", "as RDDs on the driver", "on the executors"])
 def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each plan twice: its small frames held on the driver, and spilled to the executors as a large
-    change set's are (``Scope.in_memory`` past ``held.DRIVER_ROWS_LIMIT``; the changed groups' MV
-    rows then found by a semi-join, past ``GROUP_FILTER_LIMIT``, not by a filter on their keys)."""
+    """Each plan three ways: its small frames held on the driver as local relations; as RDDs of rows on
+    the driver, as a change set of thousands of rows is (past ``held.LOCAL_ROWS``); and spilled to the
+    executors as a large change set's are (``Scope.in_memory`` past ``held.DRIVER_ROWS_LIMIT``; the
+    changed groups' MV rows then found by a semi-join, past ``GROUP_FILTER_LIMIT``, not by a filter
+    on their keys)."""
+    if request.param == "as RDDs on the driver":
+        monkeypatch.setattr(held_frames, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(rs_arrow, "LOCAL_ROWS", 0)
     if request.param == "on the executors":
         monkeypatch.setattr(held_frames, "DRIVER_ROWS_LIMIT", 0)
         monkeypatch.setattr(incremental_apply, "GROUP_FILTER_LIMIT", 0)

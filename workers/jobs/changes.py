@@ -4,7 +4,8 @@ refreshed from them (scan once, fan out: seed 001, MatrixOne ISCP).
 Where the rows come from: versions the MV log has captured are read from the log (it outlives the
 base's VACUUM); versions after that straight from the base's change data feed. So a refresh never
 waits for a capture: the MV log's own task captures on its schedule (``mvlog.purge``), and the
-refresh reads the newest commits where they already are.
+refresh reads the newest commits where they already are. On a local warehouse delta-rs reads them
+where its change data feed is Spark's (``rs_changes``: milliseconds instead of Spark jobs), else Spark.
 
 Sharing: the rows of (since, until] are held by the driver once (``held.hold``) and kept for a short
 while; a refresh of another MV on the same base, pinned at the same ``until`` with a watermark at or
@@ -25,7 +26,7 @@ from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import deltalog, held, mvlog
+from workers.jobs import deltalog, held, mvlog, rs_arrow, rs_changes
 from workers.jobs.errors import ChangesNotRetained, TableNotFound, classify_failure
 
 # How long a held range waits for the other MVs on its base, and the most rows all held ranges
@@ -111,7 +112,11 @@ def _hold(
     session: SparkSession, settings: Settings, base: str, since: int, until: int
 ) -> tuple[DataFrame, int]:
     try:
-        return held.hold_counted(session, _read(session, settings, base, since, until))
+        frame, captured = _read(session, settings, base, since, until)
+        rows = rs_changes.read(settings, base, since, until, captured, frame.schema)
+        if rows is not None:  # read by delta-rs: held on the driver already, no Spark job
+            return rs_arrow.to_spark(session, rows, frame.schema), rows.num_rows
+        return held.hold_counted(session, frame)
     except (ChangesNotRetained, TableNotFound):
         raise
     except Exception as exc:
@@ -124,7 +129,10 @@ def _hold(
         ) from exc
 
 
-def _read(session: SparkSession, settings: Settings, base: str, since: int, until: int) -> DataFrame:
+def _read(
+    session: SparkSession, settings: Settings, base: str, since: int, until: int
+) -> tuple[DataFrame, int]:
+    """Spark's read of the change rows (lazy: no job yet) and the last version the MV log captured."""
     state = mvlog.read_state(session, settings, base)
     if state is None:
         raise TableNotFound(f"no MV log on {base!r} (create it first)")
@@ -140,4 +148,4 @@ def _read(session: SparkSession, settings: Settings, base: str, since: int, unti
     frame = parts[0]
     for part in parts[1:]:  # the log may have gained columns the base has since dropped, or lack new ones
         frame = frame.unionByName(part, allowMissingColumns=True)
-    return frame
+    return frame, state.captured_version

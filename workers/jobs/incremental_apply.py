@@ -38,6 +38,7 @@ from workers.jobs.guard import check_expression
 from workers.jobs.key_filter import KeyFilter, key_filter
 from workers.jobs.refresh import run_query
 from workers.jobs.rs_commit import PlainMerge
+from workers.jobs.session import confs
 
 if TYPE_CHECKING:
     from workers.jobs.aggregate_state import StateWrite
@@ -100,17 +101,8 @@ class Scope:
         per-group delta, the affected MV rows), whose later reads then run no job of their own.
         ``shuffled_joins``: its joins without a broadcast hint shuffle both sides within the one job
         (each broadcast is a job of its own); for joins of small, already narrowed sides."""
-        if not shuffled_joins:
+        with confs(self.session, {_BROADCAST_THRESHOLD: "-1"} if shuffled_joins else {}):
             return held.hold(self.session, frame)
-        before = self.session.conf.get(_BROADCAST_THRESHOLD)
-        self.session.conf.set(_BROADCAST_THRESHOLD, "-1")
-        try:
-            return held.hold(self.session, frame)
-        finally:
-            if before is None:
-                self.session.conf.unset(_BROADCAST_THRESHOLD)
-            else:
-                self.session.conf.set(_BROADCAST_THRESHOLD, before)
 
     def mv_rows_by_delta_rs(self, schema: StructType, narrow: KeyFilter | None) -> DataFrame | None:
         """The MV rows at the run's version that ``narrow`` keeps (or more), read by delta-rs: no Spark

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from workers.config import Settings
 from workers.jobs import incremental_apply as apply
 from workers.jobs import rs_commit
+from workers.jobs import session as session_module
 from workers.jobs.metadata import (
     MATERIALIZE_SOURCE_CONF,
     TXN_APP_ID_CONF,
@@ -48,18 +49,13 @@ def merge_confs(task_id: str, txn: str, metadata: str) -> dict[str, str]:
 
 def merge_with(session: SparkSession, path: str, spec: apply.MergeSpec, confs: Mapping[str, str]) -> None:
     """``spec`` applied to the Delta table at ``path``, with ``confs`` set on ``session`` meanwhile."""
-    for key, value in confs.items():
-        session.conf.set(key, value)
-    try:
+    with session_module.confs(session, confs):
         target = DeltaTable.forPath(session, path).alias("t")
         builder = target.merge(spec.source.alias("s"), spec.condition)
         builder = builder.whenMatchedDelete(condition=spec.delete_when)
         if spec.update_set:
             builder = builder.whenMatchedUpdate(set=spec.update_set)
         builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
-    finally:
-        for key in confs:
-            session.conf.unset(key)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.key_filter import KeyFilter
+from workers.jobs.rs_arrow import conform, to_spark
 
 # Writer features of the MV tables mvs makes (``refresh``: deletion vectors on) that delta-rs writes
 # correctly: it applies a file's deletion vector when it rewrites the file (checked by a test).
@@ -119,8 +120,7 @@ def read_rows(
     or a column does not convert."""
     table = warehouse.rs_table(settings, name, version)
     try:
-        rows = pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv"))
-        rows = rows.cast(to_arrow_schema(schema))  # DataFusion's string views and the like: Spark's types
+        rows = conform(pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv")), schema)
     except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
         return None
@@ -128,7 +128,7 @@ def read_rows(
         rows = rows.filter(_kept(rows.column(part.column), part))
     if rows.num_rows > ARROW_ROWS:
         return None
-    return session.createDataFrame(rows, schema=schema)
+    return to_spark(session, rows, schema)
 
 
 def _kept(column: Any, part: Any) -> Any:

@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,22 @@ def run_session(spark: SparkSession, *, adaptive: bool = True, codegen: bool = T
         for key, value in INTERPRETED.items():
             session.conf.set(key, value)
     return session
+
+
+@contextmanager
+def confs(session: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set on ``session``'s SQL conf meanwhile, the previous values (or none) restored."""
+    before = {key: session.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, old)
 
 
 def active_spark() -> SparkSession | None:

@@ -1,0 +1,157 @@
+"""Change rows read by delta-rs (``workers.jobs.rs_changes``) on tables Spark wrote (real Spark, Delta and
+delta-rs): exactly the rows, columns and types of Spark's own change-data-feed read, for every kind of
+commit a base sees; refused (Spark reads) where delta-rs's feed could differ or the rows are too many."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs import mvlog, rs_arrow, rs_changes
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = (
+    "id long, name string, price decimal(12,2), ratio double, day date, at timestamp, "
+    "flag boolean, tags array<string>"
+)
+ROW = (  # one of each type, as SQL of a row number {i}
+    "{i} AS id",
+    "concat('n', {i}) AS name",
+    "CAST({i} * 1.25 AS decimal(12,2)) AS price",
+    "{i} / 3.0D AS ratio",
+    "date_add(DATE'2024-02-28', CAST({i} AS int)) AS day",
+    "timestamp_seconds(1700000000 + {i} * 3600) AS at",
+    "{i} % 2 = 0 AS flag",
+    "array(concat('t', {i})) AS tags",
+)
+
+
+def _rows(spark: Any, start: int, end: int) -> Any:
+    return spark.range(start, end).selectExpr(*[column.format(i="id") for column in ROW])
+
+
+def _base(spark: Any, s: Settings) -> str:
+    """``items`` with an MV log (CDF on from v1), then one commit of each kind; returns its path."""
+    path = warehouse.table_path(s, "items")
+    _rows(spark, 0, 40).repartition(4).write.format("delta").save(path)
+    mvlog.create_mv_log(spark, s, "items")  # v1
+
+    def sql(text: str) -> None:
+        spark.sql(text.replace("{t}", f"delta.`{path}`"))
+
+    _rows(spark, 40, 50).write.format("delta").mode("append").save(path)
+    sql("UPDATE {t} SET price = price + 1, name = NULL WHERE id % 7 = 0")  # change files
+    sql("DELETE FROM {t} WHERE id BETWEEN 3 AND 5")  # rows out of files: change files
+    sql("DELETE FROM {t} WHERE id >= 40")  # the appended file whole: no change file, a remove
+    _rows(spark, 60, 63).createOrReplaceTempView("src")
+    sql(
+        "MERGE INTO {t} t USING (SELECT * FROM src UNION ALL SELECT 8 AS id, NULL, NULL, NULL, NULL, NULL, "
+        "NULL, NULL) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    sql("OPTIMIZE {t}")  # no data change: no change rows
+    _rows(spark, 100, 103).write.format("delta").mode("overwrite").save(path)
+    sql("DELETE FROM {t}")  # every row
+    return path
+
+
+def _spark_feed(spark: Any, path: str, first: int, until: int) -> Any:
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", until)
+        .load(path)
+    )
+
+
+def _same(spark: Any, left: Any, right: Any) -> None:
+    """The same rows, columns and types. ``_commit_timestamp`` is delta-rs's commit time (``commitInfo``),
+    Spark's the commit file's: the same commit, some milliseconds apart (no MV query can read it: the
+    base has no such column)."""
+    assert left.schema == right.schema
+    assert left.count() > 0
+    pairs = (
+        left.alias("l")
+        .join(right.alias("r"), "_commit_version")
+        .select(
+            F.abs(F.col("l._commit_timestamp").cast("double") - F.col("r._commit_timestamp").cast("double"))
+        )
+    )
+    assert max(r[0] for r in pairs.distinct().collect()) < 5.0
+    left, right = left.drop("_commit_timestamp"), right.drop("_commit_timestamp")
+    assert left.exceptAll(right).isEmpty() and right.exceptAll(left).isEmpty()
+
+
+def test_every_kind_of_commit_reads_as_sparks_change_feed(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    path = _base(spark, s)
+    until = warehouse.latest_version(s, "items")
+    assert until is not None and until >= 9
+    for since in (1, 4, until - 1):  # whole range, from the middle, the last commit alone
+        expected = _spark_feed(spark, path, since + 1, until)
+        rows = rs_changes.read(s, "items", since, until, 0, expected.schema)
+        assert rows is not None, since
+        _same(spark, rs_arrow.to_spark(spark, rows, expected.schema), expected)
+
+
+def test_captured_and_later_versions_together_read_as_sparks(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    path = _base(spark, s)
+    mvlog.capture(spark, s, "items")
+    captured = mvlog.read_state(spark, s, "items").captured_version  # type: ignore[union-attr]
+    _rows(spark, 200, 205).write.format("delta").mode("append").save(path)
+    until = warehouse.latest_version(s, "items")
+    assert until is not None and until > captured
+    expected = mvlog.read_captured(spark, s, "items", 2, captured).unionByName(
+        _spark_feed(spark, path, captured + 1, until), allowMissingColumns=True
+    )
+    rows = rs_changes.read(s, "items", 2, until, captured, expected.schema)
+    assert rows is not None
+    _same(spark, rs_arrow.to_spark(spark, rows, expected.schema), expected)
+
+
+def test_many_rows_are_held_as_an_rdd_few_as_a_local_relation(spark: Any, local_settings: Settings) -> None:
+    s = local_settings
+    path = warehouse.table_path(s, "items")
+    _rows(spark, 0, 1).write.format("delta").save(path)
+    mvlog.create_mv_log(spark, s, "items")
+    for n in (30_000, 3):  # v2, v3
+        _rows(spark, 0, n).write.format("delta").mode("append").save(path)
+    schema = _spark_feed(spark, path, 2, 3).schema
+    for since, plan, count in ((1, "LogicalRDD", 30_003), (2, "LocalRelation", 3)):
+        rows = rs_changes.read(s, "items", since, 3, 0, schema)
+        assert rows is not None and rows.num_rows == count
+        frame = rs_arrow.to_spark(spark, rows, schema)
+        assert frame._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == plan
+        assert frame.count() == count
+    nothing = rs_changes.read(s, "items", 3, 3, 0, schema)
+    assert nothing is not None and nothing.num_rows == 0 and nothing.schema.names == schema.names
+
+
+@pytest.mark.parametrize("why", ["deletion vectors", "schema change", "too many bytes", "object store"])
+def test_spark_reads_where_delta_rs_could_differ(
+    spark: Any, local_settings: Settings, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    path = warehouse.table_path(s, "items")
+    writer = _rows(spark, 0, 10).write.format("delta")
+    if why == "deletion vectors":
+        writer = writer.option("delta.enableDeletionVectors", "true")
+    writer.save(path)
+    mvlog.create_mv_log(spark, s, "items")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
+    if why == "schema change":
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra long)")
+    if why == "too many bytes":
+        monkeypatch.setattr(rs_changes, "ARROW_BYTES", 64)
+    if why == "object store":
+        s = Settings(warehouse="s3a://bucket/warehouse")
+    until = warehouse.latest_version(local_settings, "items")
+    assert until is not None
+    schema = _spark_feed(spark, path, 2, until).schema
+    assert rs_changes.read(s, "items", 1, until, 0, schema) is None
