@@ -155,3 +155,22 @@ def test_spark_reads_where_delta_rs_could_differ(
     assert until is not None
     schema = _spark_feed(spark, path, 2, until).schema
     assert rs_changes.read(s, "items", 1, until, 0, schema) is None
+
+
+def test_a_small_table_reads_whole_as_spark_reads_it(
+    spark: Any, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    _base(spark, s)
+    for version in (0, 6):
+        expected = (
+            spark.read.format("delta").option("versionAsOf", version).load(warehouse.table_path(s, "items"))
+        )
+        found = rs_arrow.read_small(spark, s, "items", version)
+        assert found is not None
+        assert found.schema == expected.schema
+        assert found.exceptAll(expected).isEmpty() and expected.exceptAll(found).isEmpty()
+        assert found._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+    assert rs_arrow.read_small(spark, Settings(warehouse="s3a://bucket/warehouse"), "items", 6) is None
+    monkeypatch.setattr(rs_arrow, "READ_LIMIT_BYTES", 0)
+    assert rs_arrow.read_small(spark, s, "items", 6) is None

@@ -39,8 +39,8 @@ def hold_counted(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, in
     if count > LOCAL_ROWS:
         context = session.sparkContext
         rows = context._jsc.parallelize(rows, context.defaultParallelism)  # noqa: SLF001
-    held = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
-    return DataFrame(held, session), count
+    made = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
+    return DataFrame(made, session), count
 
 
 def sums(frame: DataFrame, *values: Column) -> list[int]:

@@ -34,7 +34,7 @@ from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
-from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog, rs_commit
+from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog, rs_arrow, rs_commit
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
@@ -127,7 +127,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         groups.check_cancelled(request.job_group)
         mv_summary = checksum(request.mv_name, state.mv_version)
         commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
-        reads = commits and rs_commit.small(mv_summary)
+        reads = commits and rs_arrow.small(mv_summary)
         scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads)
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)

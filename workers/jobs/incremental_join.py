@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from workers import warehouse
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import changes as change_rows
-from workers.jobs import incremental_append
+from workers.jobs import incremental_append, rs_arrow
 from workers.jobs import incremental_apply as apply
 from workers.jobs.columns import col, q
 from workers.jobs.incremental_aggregate import GroupRecompute, aggregate_merge
@@ -65,12 +65,22 @@ class _Bases:
 def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     session, settings = scope.session, scope.settings
     scope.views.update(plan.base_tables)
-    old = {b: read_at(session, settings, b, since) for b, (since, _) in ranges.items()}
+    old = {
+        b: _unchanged(scope, b, s) if s == u else read_at(session, settings, b, s)
+        for b, (s, u) in ranges.items()
+    }
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     reads = {b: change_rows.read(session, settings, b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
     return _Bases(old, new, {b: read.frame for b, read in reads.items()}, shared)
+
+
+def _unchanged(scope: apply.Scope, base: str, version: int) -> DataFrame:
+    """A base without changes in the range, at ``version``: held whole if delta-rs may read it (small,
+    ``rs_arrow.read_small``: no Delta snapshot or scan job for each term's read), else Spark's read."""
+    held = rs_arrow.read_small(scope.session, scope.settings, base, version)
+    return held if held is not None else read_at(scope.session, scope.settings, base, version)
 
 
 def join_change(

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
+from deltalake import QueryBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from workers import warehouse
+from workers.config import Settings
 from workers.jobs.held import LOCAL_ROWS
 from workers.jobs.session import confs
+
+log = logging.getLogger(__name__)
+
+# The largest table (data files, bytes) delta-rs reads whole for Spark: an MV whose touched rows a run
+# filters on the driver (``rs_commit``), a small base a join run reads at a pinned version.
+READ_LIMIT_BYTES = 16 << 20
 
 
 def conform(rows: pa.Table, schema: StructType) -> pa.Table:
@@ -34,6 +48,40 @@ def to_spark(session: SparkSession, rows: pa.Table, schema: StructType) -> DataF
     lineage back to the table either way, so its reads run no scan."""
     slices = session.sparkContext.defaultParallelism  # one Arrow batch per partition
     batch = str(max(1, -(-rows.num_rows // slices)))
-    held = {} if rows.num_rows <= LOCAL_ROWS else {_LOCAL_BYTES: "0", _BATCH_ROWS: batch}
-    with confs(session, held):
+    as_rdd = {} if rows.num_rows <= LOCAL_ROWS else {_LOCAL_BYTES: "0", _BATCH_ROWS: batch}
+    with confs(session, as_rdd):
         return session.createDataFrame(conform(rows, schema).combine_chunks(), schema=schema)
+
+
+def small(summary: Mapping[str, Any] | None) -> bool:
+    """Is a table of this summary (``warehouse.table_summary``) within ``READ_LIMIT_BYTES``?"""
+    size = (summary or {}).get("tableSizeBytes")
+    return isinstance(size, int) and size <= READ_LIMIT_BYTES
+
+
+def read_whole(settings: Settings, name: str, version: int, schema: StructType) -> pa.Table | None:
+    """Table ``name`` at ``version`` read whole by delta-rs and conformed to ``schema``; None when a
+    column does not convert or delta-rs does not read the table (the caller reads with Spark)."""
+    try:
+        table = warehouse.rs_table(settings, name, version)
+        return conform(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")), schema)
+    except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
+        log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
+        return None
+
+
+def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
+    """Table ``name`` at ``version``, held on the driver, when it is small (``READ_LIMIT_BYTES``, by
+    Spark's checksum file, whose schema it takes), the warehouse local and the table without column
+    mapping (physical names): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
+    if not warehouse.is_local(settings):
+        return None
+    summary = warehouse.read_checksum(settings, name, version)
+    metadata = (summary or {}).get("metadata") or {}
+    if not small(summary) or not isinstance(metadata.get("schemaString"), str):
+        return None
+    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+        return None
+    schema = StructType.fromJson(json.loads(metadata["schemaString"]))
+    rows = read_whole(settings, name, version, schema)
+    return None if rows is None else to_spark(session, rows, schema)

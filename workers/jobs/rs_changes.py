@@ -48,17 +48,17 @@ def read(
     data feed. None where Spark must read them (see the module's docstring)."""
     if not warehouse.is_local(settings):
         return None
-    budget = [ARROW_BYTES]
     try:
         parts: list[pa.Table] = []
         if since < captured_version:
-            parts.append(_captured(settings, base, since, min(until, captured_version), budget))
+            parts.append(_captured(settings, base, since, min(until, captured_version)))
         first = max(since, captured_version) + 1
         if first <= until:
             table = warehouse.rs_table(settings, base, until)
             if not _feed_readable(settings, table, base, first, until):
                 return None
-            parts.append(_collect(table.load_cdf(starting_version=first, ending_version=until), budget))
+            feed = table.load_cdf(starting_version=first, ending_version=until)
+            parts.append(_collect(feed, ARROW_BYTES - sum(part.nbytes for part in parts)))
         return pa.concat_tables([conform(part, schema) for part in parts or [pa.table({})]])
     except _TooLarge:
         return None
@@ -100,20 +100,20 @@ def _schema_at(settings: Settings, base: str, version: int) -> str | None:
     return ((summary or {}).get("metadata") or {}).get("schemaString")
 
 
-def _captured(settings: Settings, base: str, after: int, up_to: int, budget: list[int]) -> pa.Table:
+def _captured(settings: Settings, base: str, after: int, up_to: int) -> pa.Table:
     """The MV log's rows of base versions (after, up_to], at the log's latest version."""
     mlog = warehouse.rs_table(settings, warehouse.mlog_table_name(base))
     query = f'SELECT * FROM mlog WHERE "_commit_version" > {int(after)} AND "_commit_version" <= {int(up_to)}'
-    return _collect(QueryBuilder().register("mlog", mlog).execute(query), budget)
+    return _collect(QueryBuilder().register("mlog", mlog).execute(query), ARROW_BYTES)
 
 
-def _collect(stream: object, budget: list[int]) -> pa.Table:
-    """The batches of an Arrow stream, stopping (``_TooLarge``) once ``budget[0]`` bytes are spent."""
+def _collect(stream: object, budget: int) -> pa.Table:
+    """The batches of an Arrow stream, stopping (``_TooLarge``) past ``budget`` bytes."""
     reader = pa.RecordBatchReader.from_stream(stream)
     batches = []
     for batch in reader:
-        budget[0] -= batch.nbytes
-        if budget[0] < 0:
+        budget -= batch.nbytes
+        if budget < 0:
             raise _TooLarge
         batches.append(batch)
     return pa.Table.from_batches(batches, schema=reader.schema)

@@ -24,7 +24,7 @@ with only the table features checked here. Elsewhere, and for a table delta-rs r
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from arro3.core import Table
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -41,15 +41,13 @@ from pyspark.sql.types import StructType
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.key_filter import KeyFilter
-from workers.jobs.rs_arrow import conform, to_spark
+from workers.jobs.rs_arrow import read_whole, small, to_spark
 
 # Writer features of the MV tables mvs makes (``refresh``: deletion vectors on) that delta-rs writes
 # correctly: it applies a file's deletion vector when it rewrites the file (checked by a test).
 _WRITABLE_FEATURES = frozenset({"deletionVectors", "appendOnly", "invariants"})
 log = logging.getLogger(__name__)
 
-# The largest MV (data files, bytes) whose touched rows delta-rs reads whole to filter on the driver.
-READ_LIMIT_BYTES = 16 << 20
 # The most rows handed between Spark and delta-rs (both hold them on the driver): a larger MERGE source,
 # complete result or read of touched MV rows stays Spark's.
 ARROW_ROWS = 200_000
@@ -89,12 +87,6 @@ def usable(settings: Settings, name: str, version: int) -> bool:
     return _writable(table)
 
 
-def small(summary: Mapping[str, Any] | None) -> bool:
-    """Is an MV of this summary (``warehouse.table_summary``) within ``READ_LIMIT_BYTES``?"""
-    size = (summary or {}).get("tableSizeBytes")
-    return isinstance(size, int) and size <= READ_LIMIT_BYTES
-
-
 def _writable(table: DeltaTable) -> bool:
     protocol = table.protocol()
     features = set(protocol.writer_features or ())
@@ -118,11 +110,8 @@ def read_rows(
     ``usable`` and ``small``) and handed to Spark as a local relation: no Delta snapshot, file-skipping
     or scan job in Spark. None (the caller reads with Spark) when the rows kept are over ``ARROW_ROWS``
     or a column does not convert."""
-    table = warehouse.rs_table(settings, name, version)
-    try:
-        rows = conform(pa.table(QueryBuilder().register("mv", table).execute("SELECT * FROM mv")), schema)
-    except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
-        log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
+    rows = read_whole(settings, name, version, schema)
+    if rows is None:
         return None
     for part in narrow.parts if narrow is not None else ():
         rows = rows.filter(_kept(rows.column(part.column), part))
@@ -194,7 +183,7 @@ def overwrite(
     result collected as Arrow (one Spark job) instead of written by Spark (Delta's snapshot of the MV,
     the write and its statistics: ~0.5 s more for a tiny MV). True when committed, False when the
     table already recorded ``txn_version`` or more for ``app_id``; None where Spark writes instead:
-    delta-rs may not write the MV (``usable``), it was or now is over ``READ_LIMIT_BYTES`` /
+    delta-rs may not write the MV (``usable``), it was or now is over ``rs_arrow.READ_LIMIT_BYTES`` /
     ``ARROW_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
     Raises WriteConflict when another commit came after ``version``."""
