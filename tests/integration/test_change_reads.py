@@ -82,9 +82,7 @@ def test_uncaptured_commits_come_from_the_base_and_captured_ones_from_the_log(
     assert _rows(changes.read(session, s, "orders", 2, 5).frame) == [*EXPECTED[1:], (5, "insert", 3, 3)]
 
 
-def test_a_range_is_read_once_and_shared_by_later_watermarks(
-    spark: Any, local_settings: Settings, reader: str
-) -> None:
+def test_a_range_is_read_once_and_shared_by_later_watermarks(spark: Any, local_settings: Settings) -> None:
     s = local_settings
     first_session, second_session = _orders(spark, s), run_session(spark)
     sc = spark.sparkContext
@@ -97,8 +95,7 @@ def test_a_range_is_read_once_and_shared_by_later_watermarks(
     sc.setLocalProperty("spark.jobGroup.id", None)
     assert later.shared and taken == EXPECTED[1:]
     assert later.frame.sparkSession is second_session
-    if reader == "spark":
-        assert group_stats(spark, "mvs-change-read-1").rows_read >= len(EXPECTED)
+    assert group_stats(spark, "mvs-change-read-1").rows_read >= len(EXPECTED)  # delta-rs's rows count too
     assert group_stats(spark, "mvs-change-read-2").rows_read == 0  # nothing read again
 
     earlier = changes.read(second_session, s, "orders", 0, 4)  # asks for more than was held

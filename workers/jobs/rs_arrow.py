@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,13 +18,42 @@ from pyspark.sql.types import StructType
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.held import LOCAL_ROWS
-from workers.jobs.session import confs
+from workers.jobs.session import active_spark, confs
 
 log = logging.getLogger(__name__)
 
 # The largest table (data files, bytes) delta-rs reads whole for Spark: an MV whose touched rows a run
 # filters on the driver (``rs_commit``), a small base a join run reads at a pinned version.
 READ_LIMIT_BYTES = 16 << 20
+
+# Rows delta-rs read, by (job group, job description) of the run that asked (``run_stats`` adds them to
+# the rows Spark's stages read); the latest groups only.
+_RECORDED_GROUPS = 1000
+_rows_read: OrderedDict[tuple[str, str], int] = OrderedDict()
+_rows_lock = threading.Lock()
+
+
+def record_read(rows: int) -> None:
+    """Count ``rows`` read by delta-rs for the calling thread's Spark job group and step, if any."""
+    spark = active_spark()
+    if spark is None:
+        return
+    context = spark.sparkContext
+    group = context.getLocalProperty("spark.jobGroup.id")
+    if not group:
+        return
+    key = (group, context.getLocalProperty("spark.job.description") or "")
+    with _rows_lock:
+        _rows_read[key] = _rows_read.get(key, 0) + rows
+        _rows_read.move_to_end(key)
+        while len(_rows_read) > _RECORDED_GROUPS:
+            _rows_read.popitem(last=False)
+
+
+def rows_read(group: str, step: str | None = None) -> int:
+    """Rows delta-rs read under job ``group`` (in the step whose description contains ``step``)."""
+    with _rows_lock:
+        return sum(n for (g, d), n in _rows_read.items() if g == group and (step is None or step in d))
 
 
 def conform(rows: pa.Table, schema: StructType) -> pa.Table:
@@ -64,10 +95,12 @@ def read_whole(settings: Settings, name: str, version: int, schema: StructType) 
     column does not convert or delta-rs does not read the table (the caller reads with Spark)."""
     try:
         table = warehouse.rs_table(settings, name, version)
-        return conform(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")), schema)
+        rows = conform(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")), schema)
     except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
         return None
+    record_read(rows.num_rows)
+    return rows
 
 
 def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs.rs_arrow import conform
+from workers.jobs.rs_arrow import conform, record_read
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def read(
                 return None
             feed = table.load_cdf(starting_version=first, ending_version=until)
             parts.append(_collect(feed, ARROW_BYTES - sum(part.nbytes for part in parts)))
-        return pa.concat_tables([conform(part, schema) for part in parts or [pa.table({})]])
+        rows = pa.concat_tables([conform(part, schema) for part in parts or [pa.table({})]])
     except _TooLarge:
         return None
     except Exception as unread:  # noqa: BLE001 - a range or type delta-rs does not read: Spark reads
@@ -71,6 +71,8 @@ def read(
             unread,
         )
         return None
+    record_read(rows.num_rows)
+    return rows
 
 
 def _feed_readable(settings: Settings, table: DeltaTable, base: str, first: int, until: int) -> bool:

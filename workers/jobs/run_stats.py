@@ -1,9 +1,10 @@
 """What one run cost Spark: its jobs and the rows its stages read (benchmarks and profiling).
 
 A run's Spark work happens under its job group (``workers.jobs.groups``), so the group's jobs are
-the run's. Rows read are the input records of those jobs' stages (data files and Delta log
-actions alike), from Spark's status store; it keeps the latest ``spark.ui.retainedJobs`` /
-``retainedStages`` (1000 by default), so ask soon after the run.
+the run's. Rows read are the input records of those jobs' stages (data files and Delta log actions
+alike), from Spark's status store, plus the rows delta-rs read for the run (``rs_arrow``); the store
+keeps the latest ``spark.ui.retainedJobs`` / ``retainedStages`` (1000 by default), so ask soon after
+the run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from workers.jobs import rs_arrow
 from workers.jobs.groups import spark_job_ids
 
 
@@ -42,7 +44,7 @@ def group_stats(spark: SparkSession, group: str, *, step: str | None = None) -> 
             rows += int(store.lastStageAttempt(stage_id).inputRecords())
         except Exception:  # noqa: BLE001 - evicted from the store (or never ran): nothing to add
             continue
-    return RunStats(jobs=len(job_ids), rows_read=rows)
+    return RunStats(jobs=len(job_ids), rows_read=rows + rs_arrow.rows_read(group, step))
 
 
 def _description(spark: SparkSession, job_id: int) -> str:
