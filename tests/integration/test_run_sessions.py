@@ -1,6 +1,6 @@
-"""A FAST run interprets its plans on small tables and compiles them on big ones (real Spark + Delta):
-the choice reads Delta's checksum files, and results do not depend on it. Sessions track no Python call
-sites."""
+"""A FAST run interprets its plans on small tables and compiles them on big ones or for many change rows
+(real Spark + Delta): the choice reads Delta's checksum files, and results do not depend on it.
+Sessions track no Python call sites."""
 
 from __future__ import annotations
 
@@ -66,6 +66,18 @@ def test_an_interpreted_run_session_returns_what_a_compiled_one_does(
         run.read.format("delta").load(warehouse.table_path(local_settings, "sales")).createTempView("sales")
         results.append(sorted(map(tuple, run.sql(query).collect()), key=repr))
     assert results[0] == results[1] and len(results[0]) == 4
+
+
+def test_a_run_with_many_change_rows_compiles_from_then_on(spark: Any) -> None:
+    run = session.run_session(spark, adaptive=False, codegen=False)
+    session.compile_for(run, session.COMPILE_CHANGE_ROWS)  # not more than the limit: still interpreted
+    assert run.conf.get("spark.sql.codegen.wholeStage") == "false"
+    assert run.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+    session.compile_for(run, session.COMPILE_CHANGE_ROWS + 1)
+    assert run.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert run.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+    assert run.range(10).selectExpr("sum(id * 2)").collect()[0][0] == 90
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"  # the worker's own session: as before
 
 
 def test_sessions_record_no_python_call_sites(spark: Any) -> None:

@@ -51,6 +51,7 @@ class Changes:
 
     frame: DataFrame
     shared: bool
+    rows: int  # held for the range (a shared range's may start before this run's watermark)
 
 
 _lock = threading.Lock()
@@ -71,10 +72,11 @@ def read(session: SparkSession, settings: Settings, base: str, since: int, until
     with gate:  # one read per range at a time: the others take its rows
         found = _take(key, since)
         if found is not None:
-            return Changes(held.rebind(found, session).where(F.col("_commit_version") > since), shared=True)
+            frame = held.rebind(found.frame, session).where(F.col("_commit_version") > since)
+            return Changes(frame, shared=True, rows=found.rows)
         frame, rows = _hold(session, settings, base, since, until)
         _keep(key, since, frame, rows)
-        return Changes(frame, shared=False)
+        return Changes(frame, shared=False, rows=rows)
 
 
 def forget() -> None:
@@ -90,13 +92,13 @@ def _commit_timestamp(session: SparkSession, settings: Settings, base: str, vers
     return None
 
 
-def _take(key: _Key, since: int) -> DataFrame | None:
+def _take(key: _Key, since: int) -> _Range | None:
     now = time.monotonic()
     with _lock:
         for old in [k for k, r in _held.items() if now - r.held_at > SHARE_SECONDS]:
             del _held[old]
         found = _held.get(key)
-        return found.frame if found is not None and found.since <= since else None
+        return found if found is not None and found.since <= since else None
 
 
 def _keep(key: _Key, since: int, frame: DataFrame, rows: int) -> None:

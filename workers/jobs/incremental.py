@@ -33,7 +33,6 @@ from pyspark.sql import functions as F
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import changes as change_rows
 from workers.jobs import deltalog, groups, incremental_append, incremental_join, mvlog, rs_arrow, rs_commit
 from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
@@ -128,7 +127,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         mv_summary = checksum(request.mv_name, state.mv_version)
         commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
         reads = commits and rs_arrow.small(mv_summary)
-        scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads)
+        mv_schema = rs_arrow.schema_of(mv_summary) if reads else None
+        scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads, mv_schema)
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)
         finally:
@@ -302,7 +302,7 @@ def _apply(
         except apply.Inconsistent as why:
             raise _not_matching(why) from why
     else:
-        read = change_rows.read(session, settings, base, state.since, state.until)
+        read = scope.changes(base, state.since, state.until)
         change, shared = _one_base_change(scope, settings, request, plan, state, read.frame), read.shared
     if change.state is not None:  # helper state first: only the MV commit makes it trusted
         _step(session, request, "commit the helper state")
@@ -350,9 +350,7 @@ def _one_base_change(
         rows = changes.where(F.col("_change_type").isin(*apply.INSERT_TYPES))
         appended = scope.run_query(query, base, rows)
         return apply.Change("append", inserted, f"{inserted} rows inserted", appended=appended)
-    # The MV's latest snapshot, the one MERGE will use. After the fence only a newer epoch can
-    # commit in between, and then Delta skips our commit anyway.
-    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
+    mv = scope.mv_frame()
     _step(session, request, "compute the change to the MV")
     try:
         if plan.kind == "aggregate_having":  # reached groups recomputed (workers.jobs.incremental_having)

@@ -222,7 +222,7 @@ def _touched(
     """The MV rows of the groups ``delta`` lists, or a superset: read by delta-rs where it may
     (``rs_commit.read_rows``: no Spark job), else by Spark (``_of_groups``)."""
     read = scope.mv_rows_by_delta_rs(mv.schema, listed)
-    return read if read is not None else _of_groups(mv, pairs, delta, listed)
+    return read if read is not None else _of_groups(scope.mv_snapshot(), pairs, delta, listed)
 
 
 def _of_groups(

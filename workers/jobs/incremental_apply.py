@@ -30,15 +30,18 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StructType, VariantType
 
+from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import held, rs_commit
+from workers.jobs.changes import Changes
+from workers.jobs.changes import read as read_changes
 from workers.jobs.columns import col, q
 from workers.jobs.guard import check_expression
 from workers.jobs.key_filter import KeyFilter, key_filter
 from workers.jobs.refresh import run_query
 from workers.jobs.rs_commit import PlainMerge
-from workers.jobs.session import confs
+from workers.jobs.session import compile_for, confs
 
 if TYPE_CHECKING:
     from workers.jobs.aggregate_state import StateWrite
@@ -85,7 +88,34 @@ class Scope:
     # Decided once per run (``rs_commit``): may delta-rs commit to that version, and read it whole?
     delta_rs_commits: bool = False
     delta_rs_reads: bool = False
+    mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum), where known
     views: set[str] = field(default_factory=set)
+    _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
+
+    def mv_frame(self) -> DataFrame:
+        """The MV's columns, for a run to derive its change from. Its rows are read by
+        ``mv_rows_by_delta_rs``, else from ``mv_snapshot``: where delta-rs reads and commits, a frame of
+        the MV's schema stands in for Spark's Delta snapshot (whose load costs ~0.1 s), and reading its
+        rows fails loudly."""
+        if not self.delta_rs_reads or self.mv_schema is None:
+            return self.mv_snapshot()
+        unread = F.raise_error(F.lit(f"mvs: rows of the MV {self.mv_name} are read by delta-rs, not here"))
+        return self.session.range(1).select(*[unread.cast(f.dataType).alias(f.name) for f in self.mv_schema])
+
+    def mv_snapshot(self) -> DataFrame:
+        """The MV's latest snapshot in Spark (lazy), loaded once per run: the one a Spark MERGE uses.
+        After the fence only a newer epoch can commit in between, and then Delta skips our commit."""
+        if self._snapshot is None:
+            path = warehouse.table_path(self.settings, self.mv_name)
+            self._snapshot = self.session.read.format("delta").load(path)
+        return self._snapshot
+
+    def changes(self, base: str, since: int, until: int) -> Changes:
+        """The change rows of ``base`` in (since, until] (``workers.jobs.changes``: read once, shared);
+        many of them make the run compile its plans (``session.compile_for``)."""
+        found = read_changes(self.session, self.settings, base, since, until)
+        compile_for(self.session, found.rows)
+        return found
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
         """The MV query, as written, over ``rows`` as its base table (a temp view named ``base``)."""
@@ -188,6 +218,10 @@ class Change:
 # ---------------------------------------------------------------------------------------- projection
 
 
+def _narrowed(frame: DataFrame, narrow: KeyFilter | None) -> DataFrame:
+    return frame.where(narrow.on()) if narrow is not None else frame
+
+
 def _copies(frame: DataFrame, cols: Sequence[str], how_many: str) -> DataFrame:
     """``how_many`` copies of each row of ``frame`` (none where it is 0 or less), columns ``cols``."""
     copy = f"{_P}copy"
@@ -240,7 +274,7 @@ def projection_change(
     narrow = key_filter(mv.schema, pairs, shrinking, limit=GROUP_FILTER_LIMIT, ranges=True)
     read = scope.mv_rows_by_delta_rs(mv.schema, narrow)
     old = (
-        (read if read is not None else mv.where(narrow.on()) if narrow is not None else mv)
+        (read if read is not None else _narrowed(scope.mv_snapshot(), narrow))
         .alias("m")
         .join(F.broadcast(shrinking).alias("n"), null_safe("m", "n", pairs), "left_semi")
         .groupBy(*keyed)

@@ -31,9 +31,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers import warehouse
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append, rs_arrow
 from workers.jobs import incremental_apply as apply
 from workers.jobs.columns import col, q
@@ -53,34 +51,52 @@ Tables = dict[str, DataFrame]
 
 @dataclass(frozen=True)
 class _Bases:
-    """Every base at its old and new version, the change rows of those that changed, and whether all
-    of those came from another MV's read."""
+    """The change rows of every base that changed, and for each of those the other bases as its term
+    joins them (``_term_tables``); whether all change rows came from another MV's read."""
 
-    old: Tables
-    new: Tables
     deltas: dict[str, DataFrame]
+    others: dict[str, Tables]
+    new: Tables
     shared: bool
 
 
 def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     session, settings = scope.session, scope.settings
     scope.views.update(plan.base_tables)
-    old = {
-        b: _unchanged(scope, b, s) if s == u else read_at(session, settings, b, s)
-        for b, (s, u) in ranges.items()
-    }
+    held = {b: rs_arrow.read_small(session, settings, b, s) for b, (s, u) in ranges.items() if s == u}
+    whole = {b: frame for b, frame in held.items() if frame is not None}
+    old = {b: whole[b] if b in whole else read_at(session, settings, b, s) for b, (s, u) in ranges.items()}
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
-    reads = {b: change_rows.read(session, settings, b, *ranges[b]) for b in changed}
+    reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
-    return _Bases(old, new, {b: read.frame for b, read in reads.items()}, shared)
+    deltas = {b: read.frame for b, read in reads.items()}
+    return _Bases(deltas, _term_tables(plan, deltas, old, new, set(whole)), new, shared)
 
 
-def _unchanged(scope: apply.Scope, base: str, version: int) -> DataFrame:
-    """A base without changes in the range, at ``version``: held whole if delta-rs may read it (small,
-    ``rs_arrow.read_small``: no Delta snapshot or scan job for each term's read), else Spark's read."""
-    held = rs_arrow.read_small(scope.session, scope.settings, base, version)
-    return held if held is not None else read_at(scope.session, scope.settings, base, version)
+def _term_tables(
+    plan: FastRefreshPlan, deltas: Mapping[str, DataFrame], old: Tables, new: Tables, whole: set[str]
+) -> dict[str, Tables]:
+    """For each changed base ``T_i``: the bases before it at new, after it at old, each joined to it by
+    a key equality narrowed to the keys ``ΔT_i`` holds (once for both signs of its term). An unchanged
+    base held whole on the driver (``whole``: small, read by ``rs_arrow.read_small``, no Delta
+    snapshot or scan job per term) is narrowed only by a list of values (no semi-join job for it)."""
+    found: dict[str, Tables] = {}
+    for i, base in enumerate(plan.base_tables):
+        if base not in deltas:
+            continue
+        delta = deltas[base]
+        tables = {b: (new if j < i else old)[b] for j, b in enumerate(plan.base_tables) if b != base}
+        for key in plan.join_keys:  # the other side of each of base's key equalities, narrowed
+            for mine, (other, column) in (
+                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
+                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
+            ):
+                if mine[0] == base and other != base:
+                    small = other in whole
+                    tables[other] = narrowed(tables[other], column, delta, mine[1], nulls=False, held=small)
+        found[base] = tables
+    return found
 
 
 def join_change(
@@ -97,8 +113,7 @@ def join_change(
         return change, joined.shared
     session, settings = scope.session, scope.settings
     bases = _bases(scope, plan, ranges)
-    deltas, old, new = bases.deltas, bases.old, bases.new
-    changed = list(deltas)
+    changed = list(bases.deltas)
     query = request.query
 
     def rows(tables: Tables) -> DataFrame:
@@ -106,42 +121,24 @@ def join_change(
 
     inserted = [incremental_append.inserted_rows(session, settings, b, *ranges[b]) for b in changed]
     if all(n is not None for n in inserted):  # only appends: only gained rows, appended
-        gained = _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows)
+        gained = _terms(bases, apply.INSERT_TYPES, rows)
         total = sum(n or 0 for n in inserted)
         return apply.Change("append", total, f"{total} rows inserted", appended=gained), bases.shared
     outputs = (
-        _terms(plan, deltas, old, new, apply.INSERT_TYPES, rows),
-        _terms(plan, deltas, old, new, apply.DELETE_TYPES, rows),
+        _terms(bases, apply.INSERT_TYPES, rows),
+        _terms(bases, apply.DELETE_TYPES, rows),
     )
-    counted = reduce(DataFrame.unionByName, [d.select("_change_type") for d in deltas.values()])
-    path = warehouse.table_path(settings, request.mv_name)
-    mv = session.read.format("delta").load(path)  # the snapshot MERGE will use (as for one base)
+    counted = reduce(DataFrame.unionByName, [d.select("_change_type") for d in bases.deltas.values()])
+    mv = scope.mv_frame()
     change = apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs)
     return change, bases.shared
 
 
-def _terms(
-    plan: FastRefreshPlan,
-    deltas: Mapping[str, DataFrame],
-    old: Tables,
-    new: Tables,
-    change_types: tuple[str, ...],
-    rows: Callable[[Tables], DataFrame],
-) -> DataFrame:
+def _terms(bases: _Bases, change_types: tuple[str, ...], rows: Callable[[Tables], DataFrame]) -> DataFrame:
     """Σ_i rows(bases before i at new, ΔT_i's rows of ``change_types``, bases after i at old)."""
     terms = []
-    for i, base in enumerate(plan.base_tables):
-        if base not in deltas:
-            continue
-        delta = deltas[base]
-        tables = {b: (new if j < i else old)[b] for j, b in enumerate(plan.base_tables) if b != base}
-        for key in plan.join_keys:  # the other side of each of base's key equalities, narrowed
-            for mine, (other, column) in (
-                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
-                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
-            ):
-                if mine[0] == base and other != base:
-                    tables[other] = narrowed(tables[other], column, delta, mine[1], nulls=False)
+    for base, tables in bases.others.items():
+        delta = bases.deltas[base]
         mine_rows = delta.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
         terms.append(rows({**tables, base: mine_rows}))
     return reduce(DataFrame.unionByName, terms)
@@ -168,7 +165,7 @@ def joined_inputs(
     its groups."""
     session, settings = scope.session, scope.settings
     bases = _bases(scope, plan, ranges)
-    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
+    mv = scope.mv_frame()
     assert plan.source is not None
     columns = [f"{i.sql} AS {q(i.name)}" for i in plan.inputs] or [f"TRUE AS {q(_KEY)}"]
     inputs_sql = f"SELECT {', '.join(columns)} {plan.source}"
@@ -180,9 +177,9 @@ def joined_inputs(
 
         return rows
 
-    deltas, old, new = bases.deltas, bases.old, bases.new
-    joined = _terms(plan, deltas, old, new, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
-        _terms(plan, deltas, old, new, apply.DELETE_TYPES, signed_inputs("delete"))
+    new = bases.new
+    joined = _terms(bases, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
+        _terms(bases, apply.DELETE_TYPES, signed_inputs("delete"))
     )
     # The MV key column of each GROUP BY input (the planner names keys by their input).
     keys = dict(zip(plan.group_by, apply.group_columns(plan, mv.schema), strict=True))
@@ -202,9 +199,13 @@ def joined_inputs(
     return JoinedInputs(flat, joined, groups_at_v, mv, bases.shared)
 
 
-def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool) -> DataFrame:
+def narrowed(
+    frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool, held: bool = False
+) -> DataFrame:
     """``frame``'s rows whose ``column`` equals a value of ``keys.key`` (NULL-safe when ``nulls``):
-    a superset of the rows an equality with those keys can use, the only rows a term needs."""
+    a superset of the rows an equality with those keys can use, the only rows a term needs. A ``held``
+    frame (on the driver, small) is narrowed by a list of values or not at all: a semi-join with many
+    keys costs more jobs than it saves there."""
     wanted = keys.select(F.col(q(key)).alias(_KEY))
     if not nulls:
         wanted = wanted.where(F.col(_KEY).isNotNull())
@@ -212,8 +213,8 @@ def narrowed(frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls:
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
     found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
-    if found is not None:
-        return found
+    if found is not None or held:
+        return found if found is not None else frame
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")

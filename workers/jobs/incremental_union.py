@@ -22,9 +22,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers import warehouse
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs import changes as change_rows
 from workers.jobs import incremental_append
 from workers.jobs import incremental_apply as apply
 from workers.jobs.refresh import read_at, run_query
@@ -41,7 +39,7 @@ def union_change(
     session, settings, query = scope.session, scope.settings, request.query
     scope.views.update(plan.base_tables)
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
-    reads = {b: change_rows.read(session, settings, b, *ranges[b]) for b in changed}
+    reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
     # An unchanged base contributes no rows, only its columns (a snapshot load, no Spark job).
     unchanged = {b: read_at(session, settings, b, u).limit(0) for b, (s, u) in ranges.items() if s == u}
@@ -59,6 +57,6 @@ def union_change(
         ), shared
     outputs = (rows(apply.INSERT_TYPES), rows(apply.DELETE_TYPES))
     counted = reduce(DataFrame.unionByName, [read.frame.select("_change_type") for read in reads.values()])
-    mv = session.read.format("delta").load(warehouse.table_path(settings, request.mv_name))
+    mv = scope.mv_frame()
     change = apply.projection_change(scope, query, plan.base_table, counted, mv, outputs=outputs)
     return replace(change, plan=f"{branches}, {change.plan}"), shared

@@ -103,6 +103,17 @@ def read_whole(settings: Settings, name: str, version: int, schema: StructType) 
     return rows
 
 
+def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
+    """The table schema a checksum (``warehouse.table_summary``) records, when its columns are named
+    physically (no column mapping, so delta-rs's reads and Spark's agree), else None."""
+    metadata = (summary or {}).get("metadata") or {}
+    if not isinstance(metadata.get("schemaString"), str):
+        return None
+    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+        return None
+    return StructType.fromJson(json.loads(metadata["schemaString"]))
+
+
 def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
     """Table ``name`` at ``version``, held on the driver, when it is small (``READ_LIMIT_BYTES``, by
     Spark's checksum file, whose schema it takes), the warehouse local and the table without column
@@ -110,11 +121,8 @@ def read_small(session: SparkSession, settings: Settings, name: str, version: in
     if not warehouse.is_local(settings):
         return None
     summary = warehouse.read_checksum(settings, name, version)
-    metadata = (summary or {}).get("metadata") or {}
-    if not small(summary) or not isinstance(metadata.get("schemaString"), str):
+    schema = schema_of(summary)
+    if not small(summary) or schema is None:
         return None
-    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
-        return None
-    schema = StructType.fromJson(json.loads(metadata["schemaString"]))
     rows = read_whole(settings, name, version, schema)
     return None if rows is None else to_spark(session, rows, schema)
