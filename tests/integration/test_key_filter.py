@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, key_filter, mvlog, refresh, rs_commit, run_stats, tables
+from workers.jobs import incremental, key_filter, merge_commit, mvlog, refresh, rs_commit, run_stats, tables
 
 pytestmark = pytest.mark.integration
 
@@ -63,14 +63,23 @@ def test_ranges_need_a_flag_past_the_limit(spark: Any) -> None:
     assert key_filter.key_filter(keys.schema, [("ratio", "ratio")], keys, limit=5) is None
 
 
-@pytest.mark.parametrize("writer", ["spark", "delta-rs"])
+@pytest.mark.parametrize(
+    "writer", ["spark", "delta-rs", "delta-rs, large files", "spark, large files past the rewrite limit"]
+)
 def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
     spark: Any, local_settings: Settings, writer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Spark merges where delta-rs may not write (an object store; ``rs_commit.usable``): its target
-    # filter is the key filter. delta-rs prunes the files by the source's keys itself.
+    # filter is the key filter. delta-rs prunes the files by the key filter too. An MV whose files are
+    # large (here: every MV) is merged by delta-rs while the files the key filter keeps are few bytes,
+    # else by Spark, whose deletion vectors then mark the row instead of rewriting its file.
     if writer == "spark":
         monkeypatch.setattr(rs_commit, "usable", lambda *_: False)
+    large = "large files" in writer
+    if large:
+        monkeypatch.setattr(merge_commit, "DELETION_VECTOR_FILE_BYTES", 1)
+    if "past the rewrite limit" in writer:
+        monkeypatch.setattr(rs_commit, "REWRITE_LIMIT_BYTES", 0)
     s = local_settings
     query = "SELECT id, amount FROM sales"
     tables.create_table(
@@ -87,10 +96,14 @@ def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
     result = incremental.refresh_incremental(spark, s, request)
     assert result.applied and "rewrite merge" in (result.message or ""), result.message
     commit = tables.delta_history(spark, s, "mv")[0]
-    assert commit["engine"].startswith("delta-rs") == (writer == "delta-rs"), commit
+    assert commit["engine"].startswith("delta-rs") == writer.startswith("delta-rs"), commit
     metrics = commit["operationMetrics"]  # by Spark's names, whichever engine wrote it
-    assert metrics["numTargetFilesRemoved"] == "1", metrics
     assert metrics["numTargetRowsDeleted"] == "1", metrics
+    if large and writer.startswith("spark"):  # the row marked deleted, its file kept
+        assert metrics["numTargetFilesRemoved"] == "0", metrics
+        assert metrics["numTargetDeletionVectorsAdded"] == "1", metrics
+    else:
+        assert metrics["numTargetFilesRemoved"] == "1", metrics
     if writer == "spark":
         # The MERGE reads only the MV file(s) whose ids span 150 (of the batch 100..199), to find the
         # matches and to rewrite them: without the filter on the target it reads all 300 MV rows.
@@ -98,3 +111,51 @@ def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
         assert 0 < merged.rows_read < 2 * 100, merged
     rows = sorted(tuple(r.values()) for r in tables.read_table(spark, s, "mv"))
     assert rows == sorted((i, i % 100 % 7) for i in range(300) if i != 150)
+
+
+def test_a_key_filter_reaches_delta_rs_as_a_predicate_keeping_every_row_it_keeps(tmp_path: Any) -> None:
+    """The key filter a delta-rs MERGE skips files by (``rs_commit._within``), run by DataFusion itself
+    over rows with NULLs, quotes and odd strings: it keeps every row the filter keeps. Parts a literal
+    might not carry exactly (a string with a backslash, decimals, dates) are left out."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder, write_deltalake
+    from pyspark.sql.types import DateType, DecimalType, LongType, StringType
+
+    names = ["a", "o'k", "é", "", None, "x\\y", "it''s"]
+    rows = pa.table(
+        {"id": pa.array([1, 2, 3, None, 5, 6, 7], pa.int64()), "name": pa.array(names, pa.string())}
+    )
+    write_deltalake(str(tmp_path / "t"), rows)
+    table = DeltaTable(str(tmp_path / "t"))
+    narrowed = key_filter._Narrowed  # noqa: SLF001 - the parts key_filter makes from keys
+    cases = [
+        ([narrowed("id", LongType(), values=frozenset({2, None}))], {2, None}),
+        ([narrowed("id", LongType(), low=2, high=5, nulls=False)], {2, 3, 5}),
+        ([narrowed("id", LongType(), low=None, high=None, nulls=True)], {None}),
+        ([narrowed("name", StringType(), values=frozenset({"o'k", "it''s", ""}))], {2, 7, None}),
+        ([narrowed("name", StringType(), low="a", high="o'k", nulls=True)], {1, 2, 5, 7}),
+        ([narrowed("name", StringType(), values=frozenset({"x\\y"}))], None),  # left out: every row
+        (
+            [
+                narrowed("id", DecimalType(10, 2), values=frozenset({1})),
+                narrowed("id", DateType(), low=1, high=2),
+            ],
+            None,
+        ),
+        (
+            [
+                narrowed("id", LongType(), low=1, high=3),
+                narrowed("name", StringType(), values=frozenset({"é"})),
+            ],
+            {3},
+        ),
+    ]
+    for parts, ids in cases:
+        predicate = rs_commit._within(key_filter.KeyFilter(tuple(parts), complete=False))  # noqa: SLF001
+        if ids is None:
+            assert predicate is None, parts
+            continue
+        assert predicate is not None
+        assert len(table.file_uris(file_pruning_predicate=predicate)) == 1, predicate
+        found = pa.table(QueryBuilder().register("t", table).execute(f"SELECT id FROM t WHERE {predicate}"))
+        assert set(found.column("id").to_pylist()) == ids, predicate

@@ -196,7 +196,9 @@ def keyed_upsert(
         update_set={q(c): col("s", c) for c in others},
         insert_when=F.col(f"s.{OP}") == "upsert",
         insert_values={q(f.name): col("s", f.name) for f in schema.fields},
-        plain=PlainMerge(tuple(keys), tuple(schema.names), OP, delete_op="delete", upsert_op="upsert"),
+        plain=PlainMerge(
+            tuple(keys), tuple(schema.names), OP, delete_op="delete", upsert_op="upsert", narrow=narrow
+        ),
     )
 
 
@@ -306,7 +308,7 @@ def projection_change(
         update_set={},
         insert_when=F.col(f"s.{OP}") == "ins",
         insert_values={q(c): col("s", c) for c in cols},
-        plain=PlainMerge(tuple(cols), tuple(cols), OP, delete_op="del", insert_op="ins"),
+        plain=PlainMerge(tuple(cols), tuple(cols), OP, delete_op="del", insert_op="ins", narrow=narrow),
     )
     summary = f"{distinct_rows} distinct rows changed, {rewrites} rewritten"
     return Change("rewrite merge", change_rows, summary, merge=merge)

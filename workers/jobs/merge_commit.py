@@ -98,10 +98,10 @@ def commit_merge(
 def _merge(
     session: SparkSession, path: str, spec: apply.MergeSpec, confs: Mapping[str, str], target: Target
 ) -> None:
-    """By delta-rs when the MERGE is plain and delta-rs may write the MV (small files: a large-file
-    MV wants Spark's deletion vectors), else by Spark."""
+    """By delta-rs when the MERGE is plain and delta-rs may write the MV (with large files, only a
+    few of them: ``rs_commit.merge``), else by Spark."""
     plain, settings = spec.plain, target.settings
-    if plain is not None and target.delta_rs and not large_files(target.checksum):
+    if plain is not None and target.delta_rs:
         try:
             done = rs_commit.merge(
                 settings,
@@ -112,6 +112,7 @@ def _merge(
                 app_id=confs[TXN_APP_ID_CONF],
                 txn_version=int(confs[TXN_VERSION_CONF]),
                 metadata=confs[USER_METADATA_CONF],
+                large_files=large_files(target.checksum),
             )
             if done is not None:
                 return

@@ -24,6 +24,7 @@ with only the table features checked here. Elsewhere, and for a table delta-rs r
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegralType, StringType, StructType
 
 from workers import warehouse
 from workers.config import Settings
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 # The most rows handed between Spark and delta-rs (both hold them on the driver): a larger MERGE source,
 # complete result or read of touched MV rows stays Spark's.
 ARROW_ROWS = 200_000
+# The most bytes of data files a merge into an MV with large files may rewrite through delta-rs (it
+# rewrites each file it touches; ~0.5 s for a 1.25M-row file here, against ~2.5 s or more for Spark's
+# deletion-vector MERGE at any size): past it, Spark merges.
+REWRITE_LIMIT_BYTES = 32 << 20
 # Spark checkpoints an MV's log every 10 commits (``delta.checkpointInterval``'s default), delta-rs
 # every 100: Spark's snapshot of an MV committed by delta-rs would replay up to 100 commit files.
 CHECKPOINT_INTERVAL = 10
@@ -74,6 +79,9 @@ class PlainMerge:
     delete_op: str
     upsert_op: str | None = None
     insert_op: str | None = None
+    # The target rows the source can match lie within it (``key_filter``): the files delta-rs reads
+    # and rewrites are the ones whose statistics may hold such rows.
+    narrow: KeyFilter | None = None
 
 
 def usable(settings: Settings, name: str, version: int) -> bool:
@@ -146,23 +154,29 @@ def merge(
     app_id: str,
     txn_version: int,
     metadata: str,
+    large_files: bool = False,
 ) -> bool | None:
     """Commit ``spec`` with ``source`` (small, held) into MV ``name`` as of ``version``. False when
     nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``;
-    None when ``source`` has over ``ARROW_ROWS`` rows (Spark merges).
+    None when ``source`` has over ``ARROW_ROWS`` rows, or the MV has ``large_files`` and the ones its
+    rows may be in (``spec.narrow``, by their statistics) hold over ``REWRITE_LIMIT_BYTES`` (Spark
+    merges: delta-rs rewrites each file it touches, Spark can mark rows in deletion vectors).
 
     Raises WriteConflict when another commit came after ``version``; another error when delta-rs
     cannot merge these rows into this table (the caller has Spark merge: same transaction identifier)."""
     table = warehouse.rs_table(settings, name, version)
     if _recorded(table, app_id, txn_version):
         return False
+    within = _within(spec.narrow, "t")
+    if large_files and (within is None or _bytes_in(table, _within(spec.narrow)) > REWRITE_LIMIT_BYTES):
+        return None  # many large files to rewrite: Spark marks the rows in deletion vectors instead
     commit = _commit(app_id, txn_version, metadata)
     rows = source.limit(ARROW_ROWS + 1).toArrow()  # held: no job beyond the hand-over
     if rows.num_rows > ARROW_ROWS:
         return None
     with _committing(table, name, version):
         if rows.num_rows:
-            _merge(table, rows, spec, commit)
+            _merge(table, rows, spec, commit, within)
         if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
             empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
             write_deltalake(table, empty, mode="append", commit_properties=commit)
@@ -240,10 +254,15 @@ def _committing(table: DeltaTable, name: str, version: int) -> Iterator[None]:
         table.create_checkpoint()
 
 
-def _merge(table: DeltaTable, rows: Any, spec: PlainMerge, commit: CommitProperties) -> None:
+def _merge(
+    table: DeltaTable, rows: Any, spec: PlainMerge, commit: CommitProperties, within: str | None
+) -> None:
     s, t = "s", "t"
-    # Each in parentheses: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM.
+    # Each in parentheses: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM. A predicate
+    # on the target alone (``within``) is what delta-rs skips the target's files by.
     matches = [f"({t}.{_q(k)} IS NOT DISTINCT FROM {s}.{_q(k)})" for k in spec.keys]
+    if within is not None:
+        matches.insert(0, within)
     condition = " AND ".join(matches) or "TRUE"  # no keys: a global aggregate's one row
     op = f"{s}.{_q(spec.op_column)}"
     if spec.insert_op is not None:  # insert-only rows must not match a target row
@@ -261,6 +280,46 @@ def _merge(table: DeltaTable, rows: Any, spec: PlainMerge, commit: CommitPropert
             values, " OR ".join(f"{op} = {_literal(o)}" for o in inserted)
         )
     builder.execute()
+
+
+def _within(narrow: KeyFilter | None, alias: str | None = None) -> str | None:
+    """``narrow`` as a DataFusion predicate on the target's columns (``alias.column``), from its
+    integer and plain-string parts (the rest left out: a superset still); None when no part is left."""
+    parts = [p for p in (narrow.parts if narrow is not None else ()) if _literals(p) is not None]
+    terms = []
+    for part in parts:
+        column = f"{alias}.{_q(part.column)}" if alias else _q(part.column)
+        literals = _literals(part) or []
+        if part.values is not None:
+            found = f"{column} IN ({', '.join(literals)})" if literals else "FALSE"
+            nulls = None in part.values
+        elif part.low is None:  # every key value is NULL
+            found, nulls = "FALSE", True
+        else:
+            found, nulls = f"({column} >= {literals[0]} AND {column} <= {literals[1]})", part.nulls
+        terms.append(f"({found} OR {column} IS NULL)" if nulls else f"({found})")
+    return " AND ".join(terms) or None
+
+
+def _literals(part: Any) -> list[str] | None:
+    """The part's values (or low and high) as SQL literals, or None: a type, or a string with a
+    character, that a literal might not carry exactly (only integers and plain strings are)."""
+    values = [v for v in part.values if v is not None] if part.values is not None else [part.low, part.high]
+    values = [v for v in values if v is not None]
+    if isinstance(part.dtype, IntegralType):
+        return [str(int(v)) for v in values]
+    if isinstance(part.dtype, StringType) and all(_plain(v) for v in values):
+        return [_literal(v) for v in values]
+    return None
+
+
+def _plain(value: object) -> bool:
+    return isinstance(value, str) and value.isprintable() and "\\" not in value
+
+
+def _bytes_in(table: DeltaTable, predicate: str | None) -> int:
+    """Bytes of the table's data files whose statistics may hold rows ``predicate`` keeps (local)."""
+    return sum(os.path.getsize(uri) for uri in table.file_uris(file_pruning_predicate=predicate))
 
 
 def _q(name: str) -> str:
