@@ -196,7 +196,7 @@ def test_more_rows_than_the_hand_over_takes_stay_with_spark(
     assert _merge(spark, s, [(1, 1, "a", "upsert"), (2, 2, "b", "upsert")], txn=1) is None
     assert warehouse.latest_version(s, "mv") == 0  # nothing committed: the caller has Spark merge
     schema = spark.read.format("delta").load(warehouse.table_path(s, "mv")).schema
-    assert rs_commit.read_rows(spark, s, "mv", 0, schema, None) is None
+    assert rs_commit.read_rows(spark, s, "mv", 0, schema, None, whole=True) is None
     monkeypatch.setattr(rs_commit, "ARROW_ROWS", 100)
-    read = rs_commit.read_rows(spark, s, "mv", 0, schema, None)
+    read = rs_commit.read_rows(spark, s, "mv", 0, schema, None, whole=True)
     assert read is not None and read.count() == 100

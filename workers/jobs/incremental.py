@@ -127,7 +127,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         mv_summary = checksum(request.mv_name, state.mv_version)
         commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
         reads = commits and rs_arrow.small(mv_summary)
-        mv_schema = rs_arrow.schema_of(mv_summary) if reads else None
+        mv_schema = rs_arrow.schema_of(mv_summary) if commits else None
         scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads, mv_schema)
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)

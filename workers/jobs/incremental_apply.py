@@ -94,10 +94,10 @@ class Scope:
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by
-        ``mv_rows_by_delta_rs``, else from ``mv_snapshot``: where delta-rs reads and commits, a frame of
-        the MV's schema stands in for Spark's Delta snapshot (whose load costs ~0.1 s), and reading its
-        rows fails loudly."""
-        if not self.delta_rs_reads or self.mv_schema is None:
+        ``mv_rows_by_delta_rs``, else from ``mv_snapshot``: where delta-rs commits (and so may read), a
+        frame of the MV's schema stands in for Spark's Delta snapshot (whose load costs ~0.1 s, paid
+        only when delta-rs does not read), and reading its rows fails loudly."""
+        if not self.delta_rs_commits or self.mv_schema is None:
             return self.mv_snapshot()
         unread = F.raise_error(F.lit(f"mvs: rows of the MV {self.mv_name} are read by delta-rs, not here"))
         return self.session.range(1).select(*[unread.cast(f.dataType).alias(f.name) for f in self.mv_schema])
@@ -136,10 +136,12 @@ class Scope:
 
     def mv_rows_by_delta_rs(self, schema: StructType, narrow: KeyFilter | None) -> DataFrame | None:
         """The MV rows at the run's version that ``narrow`` keeps (or more), read by delta-rs: no Spark
-        job (``rs_commit.read_rows``); None where the caller reads them with Spark."""
-        if not self.delta_rs_reads or self.mv_version is None:
+        job (``rs_commit.read_rows``; a large MV only by a narrow that keeps few files); None where
+        the caller reads them with Spark (``mv_snapshot``)."""
+        if not self.delta_rs_commits or self.mv_version is None:
             return None
-        return rs_commit.read_rows(self.session, self.settings, self.mv_name, self.mv_version, schema, narrow)
+        session, settings, name, version = self.session, self.settings, self.mv_name, self.mv_version
+        return rs_commit.read_rows(session, settings, name, version, schema, narrow, self.delta_rs_reads)
 
     def close(self) -> None:
         for view in self.views:

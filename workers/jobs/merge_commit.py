@@ -30,9 +30,10 @@ log = logging.getLogger(__name__)
 
 COMMIT_CONFS = frozenset({TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF})
 _DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
-# Average MV data file size from which a MERGE marks replaced rows in deletion vectors instead of
-# rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
+# Average MV data file size from which a Spark MERGE marks replaced rows in deletion vectors instead
+# of rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
 # ~8 more Spark jobs per MERGE), of large files far dearer (cost of the table, not of the change).
+# delta-rs merges such an MV only when the files it would rewrite are few (``rs_commit.merge``).
 DELETION_VECTOR_FILE_BYTES = 8 << 20
 
 

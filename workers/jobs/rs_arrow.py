@@ -90,12 +90,16 @@ def small(summary: Mapping[str, Any] | None) -> bool:
     return isinstance(size, int) and size <= READ_LIMIT_BYTES
 
 
-def read_whole(settings: Settings, name: str, version: int, schema: StructType) -> pa.Table | None:
-    """Table ``name`` at ``version`` read whole by delta-rs and conformed to ``schema``; None when a
-    column does not convert or delta-rs does not read the table (the caller reads with Spark)."""
+def read_whole(
+    settings: Settings, name: str, version: int, schema: StructType, where: str | None = None
+) -> pa.Table | None:
+    """Table ``name`` at ``version`` read whole by delta-rs (its rows ``where`` keeps: a DataFusion
+    predicate, files skipped by their statistics) and conformed to ``schema``; None when a column does
+    not convert or delta-rs does not read the table (the caller reads with Spark)."""
+    query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
     try:
         table = warehouse.rs_table(settings, name, version)
-        rows = conform(pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t")), schema)
+        rows = conform(pa.table(QueryBuilder().register("t", table).execute(query)), schema)
     except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
         return None

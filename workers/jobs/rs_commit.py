@@ -19,6 +19,10 @@ in between fails it as a write conflict, and the run is retried.
 Where delta-rs writes the table itself: a local warehouse (an object store needs a commit protocol both
 writers honour), a table without change data feed (delta-rs would have to write its change files) and
 with only the table features checked here. Elsewhere, and for a table delta-rs refuses, Spark merges.
+delta-rs rewrites every file a merge touches, and skips the others by their statistics against the
+run's key filter (``PlainMerge.narrow``, a predicate on the target): an MV with large files is merged
+by delta-rs only while the files that filter keeps are few bytes (``REWRITE_LIMIT_BYTES``), else Spark
+marks the rows in deletion vectors instead.
 """
 
 from __future__ import annotations
@@ -112,16 +116,23 @@ def read_rows(
     version: int,
     schema: StructType,
     narrow: KeyFilter | None,
+    whole: bool,
 ) -> DataFrame | None:
     """The rows of MV ``name`` at ``version`` that ``narrow``'s IN lists or ranges keep (a superset of
-    the rows a merge touches; all rows without one), read whole by delta-rs (for an MV the caller found
-    ``usable`` and ``small``) and handed to Spark as a local relation: no Delta snapshot, file-skipping
-    or scan job in Spark. None (the caller reads with Spark) when the rows kept are over ``ARROW_ROWS``
-    or a column does not convert."""
-    rows = read_whole(settings, name, version, schema)
+    the rows a merge touches; all rows without one), read by delta-rs (for an MV the caller found
+    ``usable``) and handed to Spark as a local relation: no Delta snapshot, file-skipping or scan job
+    in Spark. Only the files ``narrow`` may keep are read; unless the MV is small (``whole``: read
+    whole without a narrow) they must hold at most ``REWRITE_LIMIT_BYTES``. None (the caller reads
+    with Spark) when they do not, the rows kept are over ``ARROW_ROWS`` or a column does not convert."""
+    within = _within(narrow)
+    if not whole:
+        table = warehouse.rs_table(settings, name, version)
+        if within is None or _bytes_in(table, within) > REWRITE_LIMIT_BYTES:
+            return None
+    rows = read_whole(settings, name, version, schema, within)
     if rows is None:
         return None
-    for part in narrow.parts if narrow is not None else ():
+    for part in narrow.parts if narrow is not None else ():  # the parts ``within`` leaves out too
         rows = rows.filter(_kept(rows.column(part.column), part))
     if rows.num_rows > ARROW_ROWS:
         return None
