@@ -126,8 +126,15 @@ def read_rows(
     with Spark) when they do not, the rows kept are over ``ARROW_ROWS`` or a column does not convert."""
     within = _within(narrow)
     if not whole:
-        table = warehouse.rs_table(settings, name, version)
-        if within is None or _bytes_in(table, within) > REWRITE_LIMIT_BYTES:
+        try:
+            many = (
+                within is None
+                or _bytes_in(warehouse.rs_table(settings, name, version), within) > REWRITE_LIMIT_BYTES
+            )
+        except Exception as unread:  # noqa: BLE001 - whatever delta-rs cannot do here, Spark reads
+            log.info("delta-rs did not select the files of %s (%s): Spark reads", name, unread)
+            return None
+        if many:
             return None
     rows = read_whole(settings, name, version, schema, within)
     if rows is None:
