@@ -88,7 +88,7 @@ class Scope:
     # Decided once per run (``rs_commit``): may delta-rs commit to that version, and read it whole?
     delta_rs_commits: bool = False
     delta_rs_reads: bool = False
-    mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum), where known
+    mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum) where delta-rs commits
     views: set[str] = field(default_factory=set)
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
 
@@ -97,7 +97,7 @@ class Scope:
         ``mv_rows_by_delta_rs``, else from ``mv_snapshot``: where delta-rs commits (and so may read), a
         frame of the MV's schema stands in for Spark's Delta snapshot (whose load costs ~0.1 s, paid
         only when delta-rs does not read), and reading its rows fails loudly."""
-        if not self.delta_rs_commits or self.mv_schema is None:
+        if self.mv_schema is None:
             return self.mv_snapshot()
         unread = F.raise_error(F.lit(f"mvs: rows of the MV {self.mv_name} are read by delta-rs, not here"))
         return self.session.range(1).select(*[unread.cast(f.dataType).alias(f.name) for f in self.mv_schema])

@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import incremental_append, rs_arrow
 from workers.jobs import incremental_apply as apply
+from workers.jobs.changes import Changes
 from workers.jobs.columns import col, q
 from workers.jobs.incremental_aggregate import GroupRecompute, aggregate_merge
 from workers.jobs.key_filter import narrowed_by_values
@@ -63,19 +64,22 @@ class _Bases:
 def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     session, settings = scope.session, scope.settings
     scope.views.update(plan.base_tables)
-    held = {b: rs_arrow.read_small(session, settings, b, s) for b, (s, u) in ranges.items() if s == u}
-    whole = {b: frame for b, frame in held.items() if frame is not None}
+    whole = {
+        b: frame
+        for b, (s, u) in ranges.items()
+        if s == u and (frame := rs_arrow.read_small(session, settings, b, s)) is not None
+    }
     old = {b: whole[b] if b in whole else read_at(session, settings, b, s) for b, (s, u) in ranges.items()}
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
     deltas = {b: read.frame for b, read in reads.items()}
-    return _Bases(deltas, _term_tables(plan, deltas, old, new, set(whole)), new, shared)
+    return _Bases(deltas, _term_tables(plan, reads, old, new, set(whole)), new, shared)
 
 
 def _term_tables(
-    plan: FastRefreshPlan, deltas: Mapping[str, DataFrame], old: Tables, new: Tables, whole: set[str]
+    plan: FastRefreshPlan, reads: Mapping[str, Changes], old: Tables, new: Tables, whole: set[str]
 ) -> dict[str, Tables]:
     """For each changed base ``T_i``: the bases before it at new, after it at old, each joined to it by
     a key equality narrowed to the keys ``ΔT_i`` holds (once for both signs of its term). An unchanged
@@ -83,9 +87,9 @@ def _term_tables(
     snapshot or scan job per term) is narrowed only by a list of values (no semi-join job for it)."""
     found: dict[str, Tables] = {}
     for i, base in enumerate(plan.base_tables):
-        if base not in deltas:
+        if base not in reads:
             continue
-        delta = deltas[base]
+        delta, rows = reads[base].frame, reads[base].rows
         tables = {b: (new if j < i else old)[b] for j, b in enumerate(plan.base_tables) if b != base}
         for key in plan.join_keys:  # the other side of each of base's key equalities, narrowed
             for mine, (other, column) in (
@@ -94,7 +98,9 @@ def _term_tables(
             ):
                 if mine[0] == base and other != base:
                     small = other in whole
-                    tables[other] = narrowed(tables[other], column, delta, mine[1], nulls=False, held=small)
+                    tables[other] = narrowed(
+                        tables[other], column, delta, mine[1], nulls=False, held=small, rows=rows
+                    )
         found[base] = tables
     return found
 
@@ -200,19 +206,28 @@ def joined_inputs(
 
 
 def narrowed(
-    frame: DataFrame, column: str, keys: DataFrame, key: str, *, nulls: bool, held: bool = False
+    frame: DataFrame,
+    column: str,
+    keys: DataFrame,
+    key: str,
+    *,
+    nulls: bool,
+    held: bool = False,
+    rows: int | None = None,
 ) -> DataFrame:
     """``frame``'s rows whose ``column`` equals a value of ``keys.key`` (NULL-safe when ``nulls``):
     a superset of the rows an equality with those keys can use, the only rows a term needs. A ``held``
     frame (on the driver, small) is narrowed by a list of values or not at all: a semi-join with many
-    keys costs more jobs than it saves there."""
+    keys costs more jobs than it saves there. ``rows``: ``keys``' rows (or more), when known: past
+    ``KEY_FILTER_LIMIT`` no list of values is collected (it could not be one)."""
     wanted = keys.select(F.col(q(key)).alias(_KEY))
     if not nulls:
         wanted = wanted.where(F.col(_KEY).isNotNull())
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
-    found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT)
+    listable = rows is None or rows <= KEY_FILTER_LIMIT
+    found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT) if listable else None
     if found is not None or held:
         return found if found is not None else frame
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__

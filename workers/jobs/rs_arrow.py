@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from deltalake import QueryBuilder
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -91,14 +91,20 @@ def small(summary: Mapping[str, Any] | None) -> bool:
 
 
 def read_whole(
-    settings: Settings, name: str, version: int, schema: StructType, where: str | None = None
+    settings: Settings,
+    name: str,
+    version: int,
+    schema: StructType,
+    where: str | None = None,
+    table: DeltaTable | None = None,
 ) -> pa.Table | None:
-    """Table ``name`` at ``version`` read whole by delta-rs (its rows ``where`` keeps: a DataFusion
-    predicate, files skipped by their statistics) and conformed to ``schema``; None when a column does
-    not convert or delta-rs does not read the table (the caller reads with Spark)."""
+    """Table ``name`` at ``version`` (``table``, when the caller opened it already) read whole by
+    delta-rs (its rows ``where`` keeps: a DataFusion predicate, files skipped by their statistics) and
+    conformed to ``schema``; None when a column does not convert or delta-rs does not read the table
+    (the caller reads with Spark)."""
     query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
     try:
-        table = warehouse.rs_table(settings, name, version)
+        table = table if table is not None else warehouse.rs_table(settings, name, version)
         rows = conform(pa.table(QueryBuilder().register("t", table).execute(query)), schema)
     except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs did not read %s (%s): Spark reads", name, unread)

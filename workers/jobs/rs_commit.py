@@ -125,18 +125,17 @@ def read_rows(
     whole without a narrow) they must hold at most ``REWRITE_LIMIT_BYTES``. None (the caller reads
     with Spark) when they do not, the rows kept are over ``ARROW_ROWS`` or a column does not convert."""
     within = _within(narrow)
+    table = None
     if not whole:
         try:
-            many = (
-                within is None
-                or _bytes_in(warehouse.rs_table(settings, name, version), within) > REWRITE_LIMIT_BYTES
-            )
+            table = warehouse.rs_table(settings, name, version)
+            many = within is None or _bytes_in(table, within) > REWRITE_LIMIT_BYTES
         except Exception as unread:  # noqa: BLE001 - whatever delta-rs cannot do here, Spark reads
             log.info("delta-rs did not select the files of %s (%s): Spark reads", name, unread)
             return None
         if many:
             return None
-    rows = read_whole(settings, name, version, schema, within)
+    rows = read_whole(settings, name, version, schema, within, table)
     if rows is None:
         return None
     for part in narrow.parts if narrow is not None else ():  # the parts ``within`` leaves out too
@@ -303,11 +302,12 @@ def _merge(
 def _within(narrow: KeyFilter | None, alias: str | None = None) -> str | None:
     """``narrow`` as a DataFusion predicate on the target's columns (``alias.column``), from its
     integer and plain-string parts (the rest left out: a superset still); None when no part is left."""
-    parts = [p for p in (narrow.parts if narrow is not None else ()) if _literals(p) is not None]
     terms = []
-    for part in parts:
+    for part in narrow.parts if narrow is not None else ():
+        literals = _literals(part)
+        if literals is None:
+            continue
         column = f"{alias}.{_q(part.column)}" if alias else _q(part.column)
-        literals = _literals(part) or []
         if part.values is not None:
             found = f"{column} IN ({', '.join(literals)})" if literals else "FALSE"
             nulls = None in part.values
