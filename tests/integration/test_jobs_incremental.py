@@ -289,3 +289,21 @@ def test_a_stale_owners_commit_of_the_pinned_versions_leaves_nothing_to_apply(
     assert not late.applied and late.watermark_after == {"sales": 2}, late
     assert late.message == "skipped: the MV already reflects these versions (epoch 2 wrote them)"
     assert _rows(spark, s, "mv_r") == rows and warehouse.latest_version(s, "mv_r") == version + 1  # the fence
+
+
+def test_an_mv_missing_rows_the_change_data_deletes_is_recomputed_and_says_why(
+    spark: Any, local_settings: Settings
+) -> None:
+    # The check that the MV holds every copy the change data deletes runs inside the job that
+    # computes the rewritten rows; its failure is told apart from any other and the run recomputes.
+    s = local_settings
+    _base(spark, s, [_row(1, "eu", 5), _row(2, "eu", 5), _row(3, "us", 3)])
+    assert _complete(spark, s, "mv_p", PROJECTION).applied  # watermark v1
+    mv = f"delta.`{warehouse.table_path(s, 'mv_p')}`"
+    spark.sql(f"DELETE FROM {mv} WHERE region = 'eu'")  # not through mvs: the MV lost both copies
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")  # v2: the change data deletes one of them
+    result = _by_mode(spark, s, "mv_p", PROJECTION, run="i1")
+    assert result.state == "COMPLETED" and result.message is not None, result
+    assert result.message.startswith("complete: MV content does not match its watermark"), result.message
+    assert "fewer copies of a row than the change data deletes" in result.message, result.message
+    assert _rows(spark, s, "mv_p") == _query_at(spark, s, PROJECTION, 2)

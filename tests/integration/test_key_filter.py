@@ -61,6 +61,11 @@ def test_ranges_need_a_flag_past_the_limit(spark: Any) -> None:
     keys = spark.createDataFrame([(1, "a", Decimal("1.00"), None, None)] * 3, SCHEMA)
     assert key_filter.key_filter(keys.schema, PAIRS, keys, limit=2) is None
     assert key_filter.key_filter(keys.schema, [("ratio", "ratio")], keys, limit=5) is None
+    # A count known to pass the limit (an upper bound) collects no values: only ranges, if asked for.
+    assert key_filter.key_filter(keys.schema, PAIRS[:1], keys, limit=5, rows=6) is None
+    spanned = key_filter.key_filter(keys.schema, PAIRS[:1], keys, limit=5, rows=6, ranges=True)
+    assert spanned is not None and not spanned.complete
+    assert [(p.low, p.high, p.values) for p in spanned.parts] == [(1, 1, None)]
 
 
 @pytest.mark.parametrize(

@@ -76,12 +76,15 @@ def key_filter(
     *,
     limit: int,
     ranges: bool = False,
+    rows: int | None = None,
 ) -> KeyFilter | None:
     """A filter on the columns ``f`` of a table of ``schema``, true for every row NULL-safely equal on
     all pairs ``(f, k)`` to a row of ``keys``: IN lists of the values when ``keys`` has at most
     ``limit`` rows (``keys`` held on the driver: no Spark job); else, with ``ranges``, each column
     between its smallest and largest key value (one Spark job); else None. Pairs whose column type
-    is not literal-exact or differs from the key's are left out (None when no pair is left)."""
+    is not literal-exact or differs from the key's are left out (None when no pair is left).
+    ``rows``: ``keys``' rows (or more), when known: past ``limit`` no values are collected (a job
+    when ``keys`` is not a local relation)."""
     mine = {f.name: f.dataType for f in schema.fields}
     theirs = {f.name: f.dataType for f in keys.schema.fields}
     usable = [
@@ -90,8 +93,9 @@ def key_filter(
     if not usable:
         return None
     complete = len(usable) == len(pairs)
-    found = keys.select(*[_ref(None, k) for _, k in usable]).limit(limit + 1).collect()
-    if len(found) <= limit:
+    listable = rows is None or rows <= limit
+    found = keys.select(*[_ref(None, k) for _, k in usable]).limit(limit + 1).collect() if listable else []
+    if listable and len(found) <= limit:
         listed = [
             _Narrowed(f, mine[f], values=frozenset(row[i] for row in found))
             for i, (f, _) in enumerate(usable)
