@@ -13,7 +13,8 @@ import pytest
 from tests.integration.run_requests import run_request
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import held, incremental, incremental_join, mvlog, refresh, tables
+from workers.jobs import held, incremental, incremental_join, mvlog, refresh, run_stats, tables
+from workers.jobs.incremental_apply import COMPUTE_STEP
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,7 @@ def _build(
 
 def _fast(spark: Any, settings: Settings, mv: str, query: str, run: str) -> str:
     """A FAST refresh, checked against the query over the bases at the MV's new watermark."""
-    request = run_request(settings, mv, query, mode="FAST", run=run)
+    request = run_request(settings, mv, query, mode="FAST", run=run, job_group=f"{mv}-{run}")
     result = incremental.refresh_incremental(spark, settings, request)
     assert result.applied and result.message.startswith("incremental:"), result.message
     assert result.watermark_after == dict(request.pinned)
@@ -117,6 +118,8 @@ def test_a_two_table_projection_follows_both_sides(spark: Any, local_settings: S
     message = _fast(spark, s, "mv_p", PROJECTION, "i2")
     assert "rewrite merge" in message, message
     assert _operation(spark, s, "mv_p") == "MERGE"
+    # The jobs that compute the change are told apart from the change read (profiles, the benchmark).
+    assert run_stats.group_stats(spark, "mv_p-i2", step=COMPUTE_STEP).jobs > 0
 
     # A join key set to NULL and back, a customer gaining the NULL-keyed order's key.
     _dml(spark, s, "UPDATE {customers} SET id = NULL WHERE id = 2")

@@ -25,7 +25,6 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -128,7 +127,9 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
         reads = commits and rs_arrow.small(mv_summary)
         mv_schema = rs_arrow.schema_of(mv_summary) if commits else None
-        scope = apply.Scope(session, settings, request.mv_name, state.mv_version, commits, reads, mv_schema)
+        scope = apply.Scope(
+            session, settings, request.mv_name, state.mv_version, commits, reads, mv_schema, request.run_id
+        )
         try:
             changes, detail = _apply(scope, settings, request, plan, state, checksum)
         finally:
@@ -287,7 +288,7 @@ def _apply(
     metadata = encode_user_metadata(task_id, request.epoch, request.run_id, watermark)
     version = str(txn_version(request.epoch, watermark))
     path = warehouse.table_path(settings, request.mv_name)
-    _step(session, request, "read the change rows")
+    scope.step("read the change rows")
     if plan.kind == "union_projection":  # branches over their bases' changes (``incremental_union``)
         try:
             change, shared = union_change(scope, request, plan, state.ranges)
@@ -305,7 +306,7 @@ def _apply(
         read = scope.changes(base, state.since, state.until)
         change, shared = _one_base_change(scope, settings, request, plan, state, read.frame), read.shared
     if change.state is not None:  # helper state first: only the MV commit makes it trusted
-        _step(session, request, "commit the helper state")
+        scope.step("commit the helper state")
         store = _state_store(session, settings, request, state)
         store.commit(
             change.state,
@@ -315,7 +316,7 @@ def _apply(
             watermark=watermark,
             txn=version,
         )
-    _step(session, request, f"commit ({change.plan})")
+    scope.step(f"commit ({change.plan})")
     if change.merge is None:
         assert change.appended is not None
         incremental_append.append(
@@ -325,7 +326,7 @@ def _apply(
     confs = merge_confs(task_id, version, metadata)
     mv_summary = checksum(request.mv_name, state.mv_version)
     target = Target(settings, request.mv_name, state.mv_version, mv_summary, scope.delta_rs_commits)
-    change = commit_merge(session, path, change, confs, target, partial(_step, session, request))
+    change = commit_merge(session, path, change, confs, target, scope.step)
     return change.change_rows, _detail(change, shared)
 
 
@@ -351,7 +352,7 @@ def _one_base_change(
         appended = scope.run_query(query, base, rows)
         return apply.Change("append", inserted, f"{inserted} rows inserted", appended=appended)
     mv = scope.mv_frame()
-    _step(session, request, "compute the change to the MV")
+    scope.step(apply.COMPUTE_STEP)
     try:
         if plan.kind == "aggregate_having":  # reached groups recomputed (workers.jobs.incremental_having)
             at_v = read_at(session, settings, base, state.until)
@@ -372,11 +373,6 @@ def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
 def _state_store(session: SparkSession, settings: Settings, request: RunRequest, state: _State) -> StateStore:
     """The MV's helper state (``workers.jobs.aggregate_state``), as of the MV content ``state`` read."""
     return StateStore(session, settings, request.mv_name, state.watermark)
-
-
-def _step(session: SparkSession, request: RunRequest, what: str) -> None:
-    """Name the Spark jobs of the run's next step (Spark UI, status store), for profiling."""
-    session.sparkContext.setJobDescription(f"{request.run_id}: {what}")
 
 
 def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:

@@ -55,6 +55,8 @@ ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
 # What a MERGE that derives values itself fails with when a row needs the base after all
 # (``aggregate_rules.one_pass_merge``): the run then takes its ``Change.fallback``.
 RECOMPUTE_NEEDED = "mvs: a changed group needs recomputing from the base"
+# The run's step whose Spark jobs compute what to commit (after the change rows are read).
+COMPUTE_STEP = "compute the change to the MV"
 # What computing a projection's rewritten rows fails with when the change data deletes more copies of
 # a row than the MV holds (``projection_change``): the run raises ``Inconsistent`` then.
 FEWER_COPIES = "mvs: the MV holds fewer copies of a row than the change data deletes"
@@ -92,8 +94,13 @@ class Scope:
     delta_rs_commits: bool = False
     delta_rs_reads: bool = False
     mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum) where delta-rs commits
+    run_id: str = ""
     views: set[str] = field(default_factory=set)
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
+
+    def step(self, what: str) -> None:
+        """Name the Spark jobs of the run's next step (Spark UI, status store, ``run_stats``)."""
+        self.session.sparkContext.setJobDescription(f"{self.run_id}: {what}")
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by

@@ -75,6 +75,7 @@ def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
     deltas = {b: read.frame for b, read in reads.items()}
+    scope.step(apply.COMPUTE_STEP)
     return _Bases(deltas, _term_tables(plan, reads, old, new, set(whole)), new, shared)
 
 

@@ -41,6 +41,7 @@ def union_change(
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
+    scope.step(apply.COMPUTE_STEP)
     # An unchanged base contributes no rows, only its columns (a snapshot load, no Spark job).
     unchanged = {b: read_at(session, settings, b, u).limit(0) for b, (s, u) in ranges.items() if s == u}
 

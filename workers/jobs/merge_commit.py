@@ -88,7 +88,7 @@ def commit_merge(
     except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
         if change.fallback is None or apply.RECOMPUTE_NEEDED not in str(error):
             raise
-        step("compute the change to the MV")
+        step(apply.COMPUTE_STEP)
         change = change.fallback()  # nothing was committed: the two steps instead
         step(f"commit ({change.plan})")
         assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"

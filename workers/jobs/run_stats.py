@@ -26,7 +26,7 @@ class RunStats:
 
 def group_stats(spark: SparkSession, group: str, *, step: str | None = None) -> RunStats:
     """Spark jobs run under ``group`` and the input records of their stages; with ``step``, only the
-    jobs of the run's step of that name (``incremental._step``: the job description names it)."""
+    jobs of the run's step of that name (``Scope.step``: the job description names it)."""
     tracker = spark.sparkContext.statusTracker()
     job_ids = spark_job_ids(spark, group)
     if step is not None:
