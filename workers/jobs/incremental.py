@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from workers import warehouse
@@ -37,6 +37,7 @@ from workers.jobs import incremental_apply as apply
 from workers.jobs import refresh as complete
 from workers.jobs import session as session_module
 from workers.jobs.aggregate_state import StateStore
+from workers.jobs.changes import Changes
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.incremental_aggregate import aggregate_merge
 from workers.jobs.incremental_having import having_change, join_having_change
@@ -304,7 +305,7 @@ def _apply(
             raise _not_matching(why) from why
     else:
         read = scope.changes(base, state.since, state.until)
-        change, shared = _one_base_change(scope, settings, request, plan, state, read.frame), read.shared
+        change, shared = _one_base_change(scope, settings, request, plan, state, read), read.shared
     if change.state is not None:  # helper state first: only the MV commit makes it trusted
         scope.step("commit the helper state")
         store = _state_store(session, settings, request, state)
@@ -340,10 +341,10 @@ def _one_base_change(
     request: RunRequest,
     plan: FastRefreshPlan,
     state: _State,
-    changes: DataFrame,
+    read: Changes,
 ) -> apply.Change:
     """The change of a one-base MV: append when the base only appended, else its merge."""
-    session, base, query = scope.session, plan.base_table, request.query
+    session, base, query, changes = scope.session, plan.base_table, request.query, read.frame
     inserted = None
     if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
         inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
@@ -360,7 +361,7 @@ def _one_base_change(
         if plan.kind == "aggregate":
             base_at_v = read_at(session, settings, base, state.until)
             store = _state_store(session, settings, request, state)
-            return aggregate_merge(scope, query, plan, changes, mv, base_at_v, store)
+            return aggregate_merge(scope, query, plan, changes, mv, base_at_v, store, change_rows=read.rows)
         return apply.projection_change(scope, query, base, changes, mv)
     except apply.Inconsistent as why:
         raise _not_matching(why) from why

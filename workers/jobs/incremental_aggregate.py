@@ -91,6 +91,8 @@ def aggregate_merge(
     base_at_v: DataFrame | None,
     state: StateStore | None = None,
     groups_at_v: GroupRecompute | None = None,
+    *,
+    change_rows: int | None = None,
 ) -> Change:
     """Per-group deltas in one pass over the change rows (signed by ``_change_type``) and one MERGE
     keyed by the GROUP BY columns that touches only those groups: it derives their new rows itself
@@ -118,12 +120,23 @@ def aggregate_merge(
     by_column = {t.column: t for t in tracked}
     keyed = [F.col(q(b)).alias(f"{_P}k{i}") for i, (b, _) in enumerate(join_keys)]
     deltas = deltas_of(aggs, tracked, passes)
-    delta = scope.in_memory(signed(changes).groupBy(*keyed).agg(*deltas))  # the one pass over the changes
+    # The one pass over the changes. Held (a job) where its keys narrow what is read next; not where
+    # delta-rs reads the small MV whole, no state is read and the groups may be more than are ever
+    # listed (``change_rows``, or more): it is then computed in the job that joins it to the MV rows.
+    inline = (
+        scope.delta_rs_reads
+        and not needs_state(plan, aggs)
+        and change_rows is not None
+        and change_rows > apply.GROUP_FILTER_LIMIT
+    )
+    delta = signed(changes).groupBy(*keyed).agg(*deltas)
+    delta = delta if inline else scope.in_memory(delta)
     dkeys = [(f"{_P}k{i}", m) for i, (_, m) in enumerate(join_keys)]
     # Only the MV rows of changed groups: a filter on their key values, or a semi-join against the
     # small delta (broadcast). Either way the MV is never shuffled whole.
     mv_pairs = [(m, k) for k, m in dkeys]
-    listed = key_filter(mv.schema, mv_pairs, delta, limit=apply.GROUP_FILTER_LIMIT)  # also the MERGE's
+    # Also the MERGE's.
+    listed = None if inline else key_filter(mv.schema, mv_pairs, delta, limit=apply.GROUP_FILTER_LIMIT)
 
     def two_step(retried: bool = False) -> Change:
         """The MV rows of the changed groups read first, then the MERGE of their new rows (``retried``:
