@@ -135,7 +135,7 @@ def aggregate_merge(
     # Only the MV rows of changed groups: a filter on their key values, or a semi-join against the
     # small delta (broadcast). Either way the MV is never shuffled whole.
     mv_pairs = [(m, k) for k, m in dkeys]
-    # Also the MERGE's.
+    # The changed groups' key values, also the MERGE's narrowing (none listed for an inline pass).
     listed = None if inline else key_filter(mv.schema, mv_pairs, delta, limit=apply.GROUP_FILTER_LIMIT)
 
     def two_step(retried: bool = False) -> Change:

@@ -227,8 +227,7 @@ def narrowed(
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
-    listable = rows is None or rows <= KEY_FILTER_LIMIT
-    found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT) if listable else None
+    found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT, rows)
     if found is not None or held:
         return found if found is not None else frame
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__

@@ -118,13 +118,13 @@ def key_filter(
 
 
 def narrowed_by_values(
-    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int
+    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int, rows: int | None = None
 ) -> DataFrame | None:
     """``frame`` filtered by the IN lists of ``keys``' values (``key_filter``): a superset of the
     rows NULL-safely equal to a row of ``keys``, read with a filter Delta skips files by instead of a
     broadcast semi-join (a job). None when a pair's column cannot be listed exactly, or ``keys`` has
-    more than ``limit`` rows."""
-    found = key_filter(frame.schema, pairs, keys, limit=limit)
+    more than ``limit`` rows (or ``rows``, ``key_filter``'s bound, does)."""
+    found = key_filter(frame.schema, pairs, keys, limit=limit, rows=rows)
     if found is None or not found.complete:
         return None
     return frame.where(found.on())
