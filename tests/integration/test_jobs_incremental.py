@@ -11,13 +11,18 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query, plan_record
-from workers.jobs import changes, incremental, incremental_aggregate, mvlog, refresh, tables
-from workers.jobs import incremental_apply as apply
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.changes import reads as changes
+from workers.jobs.delta.metadata import EPOCH_SHIFT, txn_version
 from workers.jobs.errors import ChangesNotRetained
-from workers.jobs.metadata import EPOCH_SHIFT, txn_version
+from workers.jobs.fast import apply
+from workers.jobs.fast import refresh as incremental
+from workers.jobs.fast.aggregate import merge as incremental_aggregate
 from workers.worker.decision import decide
 from workers.worker.runner import RunResult, SparkRunner
 
