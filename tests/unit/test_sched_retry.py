@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from workers.sched.retry import (
+from workers.retry import (
     CLIENT_RETRY,
     REFRESH_RETRY,
     RetryInterrupted,

@@ -4,13 +4,7 @@ The only package that imports tenacity (``retry``) and prometheus_client (``metr
 on its own so that using the scheduler does not pull in the metrics server).
 """
 
-from workers.sched.clock import Clock, ManualClock, SystemClock
-from workers.sched.due import DueQueue, Wakeup, validate_next_due
-from workers.sched.executor import BoundedExecutor
-from workers.sched.executor_types import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
-from workers.sched.gauges import TaskGauges
-from workers.sched.mailbox import BatchSystem, Fsm
-from workers.sched.retry import (
+from workers.retry import (
     CLIENT_RETRY,
     LOOP_ERROR_RETRY,
     REFRESH_RETRY,
@@ -19,6 +13,12 @@ from workers.sched.retry import (
     is_retryable,
     retrying,
 )
+from workers.sched.clock import Clock, ManualClock, SystemClock
+from workers.sched.due import DueQueue, Wakeup, validate_next_due
+from workers.sched.executor import BoundedExecutor
+from workers.sched.executor_types import CancelToken, ExecutorMetrics, Priority, RunOutcome, SubmitStatus
+from workers.sched.gauges import TaskGauges
+from workers.sched.mailbox import BatchSystem, Fsm
 from workers.sched.triggers import ON_CHANGE_POLL_S, next_refresh_due
 
 __all__ = [
