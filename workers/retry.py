@@ -1,6 +1,7 @@
 """Retry policies (exponential backoff with jitter, capped) built on tenacity's wait objects.
 
-One concept for every retry in mvs: ``RetryPolicy.delay`` is the pure function the maintainer
+A leaf (imports nothing of mvs), the only module that imports tenacity. One concept for every
+retry in mvs: ``RetryPolicy.delay`` is the pure function the maintainer
 uses to reschedule a failed refresh (seed 000 §8.3: base 5 s, doubling, cap 5 min);
 ``RetryPolicy.call`` / ``retrying`` are the blocking form for client calls (the Kafka package's
 named policies), with an injectable sleep and a stop event that interrupts the sleep.
@@ -17,9 +18,6 @@ from typing import TypeVar
 
 import tenacity
 from tenacity.wait import wait_base, wait_exponential
-
-# Which error codes a retry can fix is decided once, with the codes (workers/catalog/errors.py).
-from workers.catalog.errors import is_retryable as is_retryable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """Named retry policies for Kafka calls that may fail while the cluster is briefly away.
 
-They are ``workers.retry.RetryPolicy`` values (one retry concept, tenacity only in
-``workers.sched``): no jitter, retry only what ``is_transient`` says the cluster may answer
+They are ``workers.retry.RetryPolicy`` values (one retry concept, tenacity only
+there): no jitter, retry only what ``is_transient`` says the cluster may answer
 differently in a moment. ``policy.with_sleep(...)`` injects the sleep so tests do not wait.
 """
 
