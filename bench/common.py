@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
-from workers.jobs.request import with_plan
+from workers.jobs import with_plan
 from workers.status import table
 
 

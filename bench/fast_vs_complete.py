@@ -29,10 +29,9 @@ from typing import Any
 
 from bench.common import mv_task, percentile, print_table
 from workers.config import Settings
+from workers.jobs import create_mv_log, get_spark
 from workers.jobs.changes import reads as changes
-from workers.jobs.changes.mvlog import create_mv_log
 from workers.jobs.spark.run_stats import RunStats, group_stats, step_profile
-from workers.jobs.spark.session import get_spark
 from workers.warehouse import table_path
 from workers.worker.runner import SparkRunner
 

@@ -67,13 +67,13 @@ class SparkHistoryWriter:
         self.settings = settings
 
     def _spark(self) -> Any:
-        from workers.jobs.spark.session import get_spark
+        from workers.jobs import get_spark
 
         return get_spark(self.settings)
 
     @contextlib.contextmanager
     def _conflicts(self) -> Iterator[None]:
-        from workers.jobs.errors import is_write_conflict
+        from workers.jobs import is_write_conflict
 
         try:
             yield

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 from workers import warehouse
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
 from workers.config import Settings
-from workers.jobs.spark.groups import job_group
+from workers.jobs import job_group
 from workers.jobs.spark.session import run_session
 
 _S, _L, _T = StringType(), LongType(), TimestampType()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
 from workers.catalog.specs import ON_CHANGE
-from workers.jobs.request import with_plan
+from workers.jobs import with_plan
 from workers.records import Record
 from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import Clock
