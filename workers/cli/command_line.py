@@ -41,7 +41,9 @@ from workers.cli.commands import (
     cmd_topics,
     cmd_worker,
 )
-from workers.cli.failures import (
+from workers.cli.schemas import add_parser as add_schemas_parser
+from workers.config import DEFAULT_CLIENT_TIMEOUT_S, Settings
+from workers.failures import (
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
     EXIT_STATEMENT,
@@ -53,8 +55,6 @@ from workers.cli.failures import (
     failure,
     within,
 )
-from workers.cli.schemas import add_parser as add_schemas_parser
-from workers.config import DEFAULT_CLIENT_TIMEOUT_S, Settings
 
 __all__ = [
     "EXIT_INTERRUPTED",

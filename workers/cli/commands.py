@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from workers.catalog.errors import ErrorCode
-from workers.cli.failures import EXIT_REFUSED, EXIT_STATEMENT, UsageError, error_line, within
 from workers.config import Settings
+from workers.failures import EXIT_REFUSED, EXIT_STATEMENT, UsageError, error_line, within
 
 if TYPE_CHECKING:
     from workers.client import MvsClient

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from workers.catalog.errors import ErrorCode
-from workers.cli.failures import EXIT_REFUSED, error_line
 from workers.config import Settings
+from workers.failures import EXIT_REFUSED, error_line
 
 
 def cmd_schemas(settings: Settings, args: argparse.Namespace) -> int:
