@@ -6,7 +6,7 @@ For each base size (``--rows``), a ``sales`` table (id, customer, amount) and a 
 COMPLETE twin (what a user would otherwise run: recompute and overwrite). For each change size
 (``--changes``: a whole number is rows, a fraction is of the base) and round, the base changes
 (untimed: 80 % appended rows, 10 % updated, 10 % deleted, in 3 commits) and every MV is refreshed
-once, timed, with its Spark jobs and the rows its stages read (``workers.jobs.spark.run_stats``). After each
+once, timed, with its Spark jobs and the rows its stages read (``workers.jobs.run_stats``). After each
 base size every FAST MV must hold exactly its twin's rows.
 
 Then N MVs on one base (``--fanout`` MVs, at the largest base and 0.1 % changes): the change rows are
@@ -16,7 +16,7 @@ read once and shared (``workers.jobs.changes.reads``) vs read by each MV (the sh
         [--shapes aggregate,projection,join] [--rounds 3] [--complete-rounds 1] [--fanout 4] [--profile]
 
 ``--profile`` also prints, per change size, where each MV's last FAST run spent its Spark jobs and
-their time, step by step (``workers.jobs.spark.run_stats.step_profile``).
+their time, step by step (``workers.jobs.run_stats.step_profile``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from bench.common import mv_task, percentile, print_table
 from workers.config import Settings
 from workers.jobs import create_mv_log, get_spark
 from workers.jobs.changes import reads as changes
-from workers.jobs.spark.run_stats import RunStats, group_stats, step_profile
+from workers.jobs.run_stats import RunStats, group_stats, step_profile
 from workers.warehouse import table_path
 from workers.worker.runner import SparkRunner
 

@@ -15,8 +15,8 @@ from workers.config import Settings
 from workers.jobs.changes import mvlog
 from workers.jobs.changes import reads as changes
 from workers.jobs.changes import rs_reads as rs_changes
+from workers.jobs.run_stats import group_stats
 from workers.jobs.spark import held
-from workers.jobs.spark.run_stats import group_stats
 from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,12 @@ from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import complete as refresh
+from workers.jobs import run_stats
 from workers.jobs.changes import mvlog
 from workers.jobs.fast import join as incremental_join
 from workers.jobs.fast import refresh as incremental
 from workers.jobs.fast.apply import COMPUTE_STEP
-from workers.jobs.spark import held, run_stats
+from workers.jobs.spark import held
 
 pytestmark = pytest.mark.integration
 

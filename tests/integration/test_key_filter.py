@@ -16,11 +16,11 @@ from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import complete as refresh
+from workers.jobs import run_stats
 from workers.jobs.changes import mvlog
 from workers.jobs.delta import key_filter, rs_commit
 from workers.jobs.fast import commit as merge_commit
 from workers.jobs.fast import refresh as incremental
-from workers.jobs.spark import run_stats
 
 pytestmark = pytest.mark.integration
 
