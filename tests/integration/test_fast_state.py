@@ -212,10 +212,7 @@ def test_a_crash_between_the_state_and_the_mv_commit_rebuilds_the_state(
         )
         assert change.state is not None
         watermark = {"sales": until}
-        txn = str(txn_version(1, watermark))
-        store.commit(
-            change.state, task_id=request.task_id, epoch=1, run_id="crashed", watermark=watermark, txn=txn
-        )
+        store.commit(change.state, request, watermark, txn_version(1, watermark))
     finally:
         scope.close()
     assert refresh.read_watermark(spark, s, "mv_s") == mv_tag  # the MV did not move

@@ -19,7 +19,7 @@ from workers.jobs import complete as refresh
 from workers.jobs import run_stats
 from workers.jobs.changes import mvlog
 from workers.jobs.delta import key_filter, rs_commit
-from workers.jobs.fast import commit as merge_commit
+from workers.jobs.delta import write as delta_write
 from workers.jobs.fast import refresh as incremental
 
 pytestmark = pytest.mark.integration
@@ -88,7 +88,7 @@ def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
         monkeypatch.setattr(rs_commit, "usable", lambda *_: False)
     large = "large files" in writer
     if large:
-        monkeypatch.setattr(merge_commit, "DELETION_VECTOR_FILE_BYTES", 1)
+        monkeypatch.setattr(delta_write, "DELETION_VECTOR_FILE_BYTES", 1)
     if "past the rewrite limit" in writer:
         monkeypatch.setattr(rs_commit, "REWRITE_LIMIT_BYTES", 0)
     s = local_settings

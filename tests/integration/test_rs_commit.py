@@ -15,6 +15,7 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs import complete as refresh
 from workers.jobs.delta import rs_commit
+from workers.jobs.delta.metadata import CommitId
 from workers.jobs.errors import classify_failure
 
 pytestmark = pytest.mark.integration
@@ -39,9 +40,7 @@ def _merge(
 ) -> bool | None:
     at = warehouse.latest_version(s, "mv") if version is None else version
     assert at is not None
-    return rs_commit.merge(
-        s, "mv", at, UPSERT, _source(spark, rows), app_id="mv:mv", txn_version=txn, metadata="m"
-    )
+    return rs_commit.merge(s, "mv", at, UPSERT, _source(spark, rows), CommitId("mv:mv", txn, "m"))
 
 
 def _rows(spark: Any, s: Settings) -> dict[int, tuple[Any, ...]]:

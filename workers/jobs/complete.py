@@ -14,8 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta import rs_commit
+from workers.jobs.delta import write
 from workers.jobs.delta.metadata import (
+    CommitId,
     MvWatermark,
     decode_user_metadata,
     encode_user_metadata,
@@ -85,43 +86,13 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             groups.check_cancelled(request.job_group)
             metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
-            txn = txn_version(request.epoch, request.watermark)
-            if mv_version_before is not None:
-                done = rs_commit.overwrite(
-                    settings,
-                    request.mv_name,
-                    mv_version_before,
-                    frame,
-                    app_id=request.task_id,
-                    txn_version=txn,
-                    metadata=metadata,
-                )
-            else:  # the first build: Spark makes the table (its protocol, deletion vectors on)
-                done = None
-            if done is None:
-                _write(frame, settings, request, txn, metadata)
+            commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
+            write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:
             for base in pinned:
                 session.catalog.dropTempView(base)
-        result = _result(spark, settings, request, mv_version_before, before)
+        result = landed(spark, settings, request, mv_version_before, before)
     return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
-
-
-def _write(frame: DataFrame, settings: Settings, request: RunRequest, txn: int, metadata: str) -> None:
-    """The result overwrites the MV by Spark, in one idempotent commit carrying the watermark."""
-    (
-        frame.write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        # An incremental MERGE then marks the rows it replaces instead of rewriting every file
-        # holding one (cost follows the change). Set when the table is created: an older MV
-        # table keeps its protocol (readers without deletion-vector support still read it).
-        .option("delta.enableDeletionVectors", "true")
-        .option("txnAppId", request.task_id)
-        .option("txnVersion", str(txn))
-        .option("userMetadata", metadata)
-        .save(warehouse.table_path(settings, request.mv_name))
-    )
 
 
 def read_at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
@@ -143,7 +114,7 @@ def run_query(
     )
 
 
-def _result(
+def landed(
     spark: SparkSession,
     settings: Settings,
     request: RunRequest,

@@ -26,6 +26,32 @@ MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 
 @dataclass(frozen=True)
+class CommitId:
+    """What makes one Delta commit idempotent and says what it is: Delta's idempotent-write id
+    (``app_id`` = txnAppId, ``txn_version``; a commit whose version is not above the one recorded
+    for its app id is skipped) and the commit's ``userMetadata``. Spark takes it as writer options or,
+    for a MERGE, session confs; delta-rs as commit properties (``workers.jobs.delta.write``)."""
+
+    app_id: str
+    txn_version: int
+    metadata: str | None = None
+
+    @classmethod
+    def fence(cls, app_id: str, epoch: int, metadata: str | None = None) -> CommitId:
+        """The id of an epoch's fence: ``epoch * 2**32``, above every older epoch's commit and below
+        every commit of its own epoch whose watermark is past version 0 (``txn_version``)."""
+        return cls(app_id, epoch * EPOCH_SHIFT, metadata)
+
+    def writer_options(self) -> dict[str, str]:
+        options = {"txnAppId": self.app_id, "txnVersion": str(self.txn_version)}
+        return options if self.metadata is None else {**options, "userMetadata": self.metadata}
+
+    def session_confs(self) -> dict[str, str]:
+        confs = {TXN_APP_ID_CONF: self.app_id, TXN_VERSION_CONF: str(self.txn_version)}
+        return confs if self.metadata is None else {**confs, USER_METADATA_CONF: self.metadata}
+
+
+@dataclass(frozen=True)
 class MvWatermark:
     """The state an MV table's content reflects, as recorded in the commit that wrote it."""
 

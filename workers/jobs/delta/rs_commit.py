@@ -47,6 +47,7 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta.arrow import read_whole, small, to_spark
 from workers.jobs.delta.key_filter import KeyFilter
+from workers.jobs.delta.metadata import CommitId
 
 # Writer features of the MV tables mvs makes (``refresh``: deletion vectors on) that delta-rs writes
 # correctly: it applies a file's deletion vector when it rewrites the file (checked by a test).
@@ -167,14 +168,12 @@ def merge(
     version: int,
     spec: PlainMerge,
     source: DataFrame,
+    commit: CommitId,
     *,
-    app_id: str,
-    txn_version: int,
-    metadata: str,
     large_files: bool = False,
 ) -> bool | None:
     """Commit ``spec`` with ``source`` (small, held) into MV ``name`` as of ``version``. False when
-    nothing was committed because the table already recorded ``txn_version`` or more for ``app_id``;
+    nothing was committed because the table already recorded ``commit``'s version or more for its app id;
     None when ``source`` has over ``ARROW_ROWS`` rows, or the MV has ``large_files`` and the ones its
     rows may be in (``spec.narrow``, by their statistics) hold over ``REWRITE_LIMIT_BYTES`` (Spark
     merges: delta-rs rewrites each file it touches, Spark can mark rows in deletion vectors).
@@ -182,21 +181,21 @@ def merge(
     Raises WriteConflict when another commit came after ``version``; another error when delta-rs
     cannot merge these rows into this table (the caller has Spark merge: same transaction identifier)."""
     table = warehouse.rs_table(settings, name, version)
-    if _recorded(table, app_id, txn_version):
+    if _recorded(table, commit):
         return False
     within = _within(spec.narrow, "t")
     if large_files and (within is None or _bytes_in(table, _within(spec.narrow)) > REWRITE_LIMIT_BYTES):
         return None  # many large files to rewrite: Spark marks the rows in deletion vectors instead
-    commit = _commit(app_id, txn_version, metadata)
+    properties = _properties(commit)
     rows = source.limit(ARROW_ROWS + 1).toArrow()  # held: no job beyond the hand-over
     if rows.num_rows > ARROW_ROWS:
         return None
     with _committing(table, name, version):
         if rows.num_rows:
-            _merge(table, rows, spec, commit, within)
+            _merge(table, rows, spec, properties, within)
         if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
             empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
-            write_deltalake(table, empty, mode="append", commit_properties=commit)
+            write_deltalake(table, empty, mode="append", commit_properties=properties)
     return True
 
 
@@ -205,15 +204,12 @@ def overwrite(
     name: str,
     version: int,
     frame: DataFrame,
-    *,
-    app_id: str,
-    txn_version: int,
-    metadata: str,
+    commit: CommitId,
 ) -> bool | None:
     """A complete refresh's result ``frame`` replacing MV ``name`` as of ``version``, by delta-rs: the
     result collected as Arrow (one Spark job) instead of written by Spark (Delta's snapshot of the MV,
     the write and its statistics: ~0.5 s more for a tiny MV). True when committed, False when the
-    table already recorded ``txn_version`` or more for ``app_id``; None where Spark writes instead:
+    table already recorded ``commit``'s version or more for its app id; None where Spark writes instead:
     delta-rs may not write the MV (``usable``), it was or now is over ``rs_arrow.READ_LIMIT_BYTES`` /
     ``ARROW_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
@@ -223,7 +219,7 @@ def overwrite(
     table = warehouse.rs_table(settings, name, version)
     if not _writable(table):
         return None
-    if _recorded(table, app_id, txn_version):
+    if _recorded(table, commit):
         return False
     try:
         wanted = pa.schema(table.schema().to_arrow())
@@ -236,25 +232,24 @@ def overwrite(
     except Exception as unfit:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
         log.info("delta-rs does not write %s (%s): Spark writes", name, unfit)
         return None
-    commit = _commit(app_id, txn_version, metadata)
     with _committing(table, name, version):
-        write_deltalake(table, rows, mode="overwrite", commit_properties=commit)
+        write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(commit))
     return True
 
 
-def _commit(app_id: str, txn_version: int, metadata: str) -> CommitProperties:
+def _properties(commit: CommitId) -> CommitProperties:
     return CommitProperties(
-        custom_metadata={"userMetadata": metadata},
-        app_transactions=[Transaction(app_id, txn_version)],
+        custom_metadata={"userMetadata": commit.metadata} if commit.metadata is not None else None,
+        app_transactions=[Transaction(commit.app_id, commit.txn_version)],
         max_commit_retries=0,  # no rebase onto a newer version: see the module's docstring
     )
 
 
-def _recorded(table: DeltaTable, app_id: str, txn_version: int) -> bool:
-    """Has the table recorded ``txn_version`` or more for ``app_id``? Delta's idempotent writes skip
-    such a commit (a replay, or an older epoch than the table's writer)."""
-    recorded = table.transaction_version(app_id)
-    return recorded is not None and recorded >= txn_version
+def _recorded(table: DeltaTable, commit: CommitId) -> bool:
+    """Has the table recorded ``commit``'s version or more for its app id? Delta's idempotent writes
+    skip such a commit (a replay, or an older epoch than the table's writer)."""
+    recorded = table.transaction_version(commit.app_id)
+    return recorded is not None and recorded >= commit.txn_version
 
 
 @contextmanager

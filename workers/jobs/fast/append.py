@@ -9,7 +9,7 @@ range whose commit files are gone (log cleanup) or a warehouse whose log is read
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from workers import warehouse
 from workers.config import Settings
@@ -38,9 +38,3 @@ def inserted_rows(spark: SparkSession, settings: Settings, base: str, since: int
     if seen != set(range(since + 1, until + 1)):
         return None  # a commit file is gone: nothing is known about it
     return rows
-
-
-def append(frame: DataFrame, path: str, *, txn_app_id: str, txn_version: str, metadata: str) -> None:
-    """``frame`` appended to the MV at ``path`` in one idempotent commit carrying the watermark."""
-    writer = frame.write.format("delta").mode("append").option("txnAppId", txn_app_id)
-    writer.option("txnVersion", txn_version).option("userMetadata", metadata).save(path)

@@ -16,7 +16,7 @@ from the base:
   keep exactly) are recomputed with the MV query over the base at the pinned version, restricted to
   those groups. Recomputing is always exact, so correctness never rests on guessing.
 
-This module holds the shared parts (``Scope``, ``MergeSpec``, ``Change``) and the projection rules.
+This module holds the shared parts (``Scope``, ``Change``, ``StateWrite``) and the projection rules.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -39,13 +38,11 @@ from workers.jobs.complete import run_query
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
 from workers.jobs.delta.rs_commit import PlainMerge
+from workers.jobs.delta.write import MergeSpec
 from workers.jobs.spark import held
 from workers.jobs.spark.columns import col, q
 from workers.jobs.spark.guard import check_expression
 from workers.jobs.spark.session import compile_for, confs
-
-if TYPE_CHECKING:
-    from workers.jobs.fast.aggregate.state import StateWrite
 
 INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
@@ -169,19 +166,6 @@ def signed(changes: DataFrame) -> DataFrame:
     return changes.withColumn(SIGN, sign).where(F.col(SIGN).isNotNull())
 
 
-@dataclass(frozen=True)
-class MergeSpec:
-    """A MERGE source and the clauses to apply it with (``s`` = source alias, ``t`` = target)."""
-
-    source: DataFrame
-    condition: Column
-    delete_when: Column
-    update_set: dict[str, str | Column]
-    insert_when: Column
-    insert_values: dict[str, str | Column]
-    plain: PlainMerge | None = None  # the same MERGE told without Spark expressions (``rs_commit``)
-
-
 def group_columns(plan: FastRefreshPlan, mv_schema: StructType) -> list[str]:
     """The MV column of each GROUP BY key (items are the MV's columns, in order; a key selected twice
     is matched by its first column)."""
@@ -213,6 +197,17 @@ def keyed_upsert(
             tuple(keys), tuple(schema.names), OP, delete_op="delete", upsert_op="upsert", narrow=narrow
         ),
     )
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """What a run writes to an aggregate MV's helper state (``workers.jobs.fast.aggregate.state``):
+    ``merge`` (the changed groups only) or, when it is None, ``frame`` replaces the whole state (a
+    rebuild)."""
+
+    frame: DataFrame
+    layout: str
+    merge: MergeSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -1,136 +1,92 @@
-"""The Delta MERGEs a FAST run commits with (``merge_with``: the MV's and its helper state's),
-idempotent (Delta's transaction identifiers and the run's metadata travel with them) and not copying
-their source (it is held on the driver); for the MV (``commit_merge``) delta-rs for plain merges where
-it may write (``rs_commit``), deletion vectors only for large MV files, and the one-pass MERGE's way
-back to two steps.
+"""The commits of one FAST run, in their order (``RunCommit``): the only place that orders them.
+
+1. ``fence``, on the first run of an epoch: the MV, then its helper state (where there is one), get an
+   empty commit at ``epoch * 2**32`` (``CommitId.fence``): from then on Delta skips every older
+   epoch's commit to them, so the MV content (and state) a run reads can only change by a newer epoch,
+   whose commit makes this run's skipped.
+2. ``commit``: the helper state first, when the change has one (``Change.state``; only the MV commit
+   makes it trusted: ``workers.jobs.fast.aggregate.state``), then the MV: the change rows appended,
+   or its MERGE (by delta-rs or Spark: ``workers.jobs.delta.write``). A one-pass MERGE that meets a
+   group to recompute commits nothing and raises; its ``fallback`` (the two steps) is committed then.
+
+The MV commit carries the data and the new watermark (``userMetadata``), the state commit its own tag
+(same txnVersion); the two are separate Delta commits of separate tables.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from workers import warehouse
 from workers.config import Settings
-from workers.jobs.delta import rs_commit
-from workers.jobs.delta.metadata import (
-    MATERIALIZE_SOURCE_CONF,
-    TXN_APP_ID_CONF,
-    TXN_VERSION_CONF,
-    USER_METADATA_CONF,
-)
-from workers.jobs.fast import apply
-from workers.jobs.spark import session as session_module
-
-log = logging.getLogger(__name__)
-
-COMMIT_CONFS = frozenset({TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF})
-_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
-# Average MV data file size from which a Spark MERGE marks replaced rows in deletion vectors instead
-# of rewriting each file it touches: a rewrite of small files is cheaper (deletion vectors cost Delta
-# ~8 more Spark jobs per MERGE), of large files far dearer (cost of the table, not of the change).
-# delta-rs merges such an MV only when the files it would rewrite are few (``rs_commit.merge``).
-DELETION_VECTOR_FILE_BYTES = 8 << 20
-
-
-def merge_confs(task_id: str, txn: str, metadata: str) -> dict[str, str]:
-    """Session confs for one idempotent MERGE of a held source: Delta reads a MERGE's transaction
-    identifiers and user metadata from the session, and copies no source that is already held."""
-    return {
-        TXN_APP_ID_CONF: task_id,
-        TXN_VERSION_CONF: txn,
-        USER_METADATA_CONF: metadata,
-        MATERIALIZE_SOURCE_CONF: "none",
-    }
-
-
-def merge_with(session: SparkSession, path: str, spec: apply.MergeSpec, confs: Mapping[str, str]) -> None:
-    """``spec`` applied to the Delta table at ``path``, with ``confs`` set on ``session`` meanwhile."""
-    with session_module.confs(session, confs):
-        target = DeltaTable.forPath(session, path).alias("t")
-        builder = target.merge(spec.source.alias("s"), spec.condition)
-        builder = builder.whenMatchedDelete(condition=spec.delete_when)
-        if spec.update_set:
-            builder = builder.whenMatchedUpdate(set=spec.update_set)
-        builder.whenNotMatchedInsert(condition=spec.insert_when, values=spec.insert_values).execute()
+from workers.jobs.delta import write
+from workers.jobs.delta.metadata import CommitId, encode_user_metadata, txn_version
+from workers.jobs.delta.write import Target
+from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change
+from workers.jobs.request import RunRequest
 
 
 @dataclass(frozen=True)
-class Target:
-    """The MV a run commits to: its warehouse, name and the version the run read."""
+class RunCommit:
+    """The commits of the run ``request`` to its MV (and the MV's helper state), in ``session``."""
 
+    session: SparkSession
     settings: Settings
-    name: str
-    version: int
-    checksum: Mapping[str, Any] | None  # Delta's checksum of that version, if written
-    delta_rs: bool  # may delta-rs commit to that version (``rs_commit.usable``, decided once per run)
+    request: RunRequest
 
+    def fence(self, until: int) -> None:
+        """Fence the MV, then its helper state, against older epochs (``until``: the base version
+        the run applies, at least 1 where there is an MV log, so the fence is below every refresh
+        commit of this epoch and never makes the run's own commit skipped). The MV fence carries no
+        ``mvs`` metadata (``read_watermark`` passes it by)."""
+        assert until >= 1, "an MV log implies the base is past version 0"
+        task_id, epoch, run_id = self.request.task_id, self.request.epoch, self.request.run_id
+        marker = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": run_id}})
+        write.fence(self.session, self._path(self.request.mv_name), CommitId.fence(task_id, epoch, marker))
+        state = warehouse.state_table_name(self.request.mv_name)
+        if warehouse.table_exists(self.settings, state):  # else the first state write of this epoch makes it
+            write.fence(self.session, self._path(state), CommitId.fence(task_id, epoch))
 
-def commit_merge(
-    session: SparkSession,
-    path: str,
-    change: apply.Change,
-    confs: Mapping[str, str],
-    target: Target,
-    step: Callable[[str], None],
-) -> apply.Change:
-    """Commit ``change.merge`` into the MV ``target`` at ``path`` with ``confs`` (``merge_confs``).
-    A one-pass MERGE that meets a group to recompute commits nothing: its ``fallback`` is committed
-    instead (``step`` names the run's next step). Returns the change committed."""
-    assert change.merge is not None
-    confs = {**confs, _DELETION_VECTORS: str(large_files(target.checksum)).lower()}
-    try:
-        _merge(session, path, change.merge, confs, target)
-    except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
-        if change.fallback is None or apply.RECOMPUTE_NEEDED not in str(error):
-            raise
-        step(apply.COMPUTE_STEP)
-        change = change.fallback()  # nothing was committed: the two steps instead
+    def commit(
+        self,
+        change: Change,
+        *,
+        target: Target,
+        state: StateStore,
+        watermark: Mapping[str, int],
+        step: Callable[[str], None],
+    ) -> Change:
+        """Commit ``change`` (the helper state first, then the MV ``target``) as reflecting the bases
+        at ``watermark``; ``step`` names the run's next step. Returns the change committed (its
+        fallback, when the one-pass MERGE gave way)."""
+        request = self.request
+        version = txn_version(request.epoch, watermark)
+        if change.state is not None:
+            step("commit the helper state")
+            state.commit(change.state, request, watermark, version)
+        metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, watermark)
+        mv_commit = CommitId(request.task_id, version, metadata)
         step(f"commit ({change.plan})")
-        assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
-        _merge(session, path, change.merge, confs, target)
-    return change
-
-
-def _merge(
-    session: SparkSession, path: str, spec: apply.MergeSpec, confs: Mapping[str, str], target: Target
-) -> None:
-    """By delta-rs when the MERGE is plain and delta-rs may write the MV (with large files, only a
-    few of them: ``rs_commit.merge``), else by Spark."""
-    plain, settings = spec.plain, target.settings
-    if plain is not None and target.delta_rs:
+        if change.merge is None:
+            assert change.appended is not None
+            write.write(change.appended, target.path, mv_commit, mode="append")
+            return change
         try:
-            done = rs_commit.merge(
-                settings,
-                target.name,
-                target.version,
-                plain,
-                spec.source,
-                app_id=confs[TXN_APP_ID_CONF],
-                txn_version=int(confs[TXN_VERSION_CONF]),
-                metadata=confs[USER_METADATA_CONF],
-                large_files=large_files(target.checksum),
-            )
-            if done is not None:
-                return
-        except rs_commit.WriteConflict:
-            raise
-        except Exception as refused:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
-            # Spark merges instead. Had delta-rs committed before failing, Delta skips Spark's MERGE:
-            # it carries the same transaction identifier.
-            log.warning("delta-rs did not merge into %s (%s): Spark merges", target.name, refused)
-    merge_with(session, path, spec, confs)
+            write.merge(self.session, target, change.merge, mv_commit)
+        except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
+            if change.fallback is None or RECOMPUTE_NEEDED not in str(error):
+                raise
+            step(COMPUTE_STEP)
+            change = change.fallback()  # nothing was committed: the two steps instead
+            step(f"commit ({change.plan})")
+            assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
+            write.merge(self.session, target, change.merge, mv_commit)
+        return change
 
-
-def large_files(checksum: Mapping[str, Any] | None) -> bool:
-    """Are the MV's data files large enough for deletion vectors to pay (``DELETION_VECTOR_FILE_BYTES``)?
-    From Delta's checksum of the run's MV version; unknown (no checksum) counts as small."""
-    summary = checksum or {}
-    size, files = summary.get("tableSizeBytes"), summary.get("numFiles")
-    if not isinstance(size, int) or not isinstance(files, int) or files == 0:
-        return False
-    return size // files >= DELETION_VECTOR_FILE_BYTES
+    def _path(self, table: str) -> str:
+        return warehouse.table_path(self.settings, table)

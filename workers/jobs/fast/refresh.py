@@ -21,39 +21,26 @@ makes ours skipped, or fail as a concurrent transaction).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import complete
 from workers.jobs.changes import mvlog
-from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import RefreshResult, read_at, read_watermark, run_query
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import rs_commit
-from workers.jobs.delta.metadata import (
-    EPOCH_SHIFT,
-    MvWatermark,
-    encode_user_metadata,
-    txn_version,
-)
+from workers.jobs.delta.metadata import MvWatermark
+from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
-from workers.jobs.fast import append as incremental_append
 from workers.jobs.fast import apply
-from workers.jobs.fast import join as incremental_join
-from workers.jobs.fast.aggregate.merge import aggregate_merge
-from workers.jobs.fast.aggregate.state import StateStore
-from workers.jobs.fast.commit import COMMIT_CONFS, Target, commit_merge, merge_confs
-from workers.jobs.fast.having import having_change, join_having_change
-from workers.jobs.fast.union import union_change
+from workers.jobs.fast.commit import RunCommit
+from workers.jobs.fast.kinds import KINDS, Run
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
 from workers.jobs.spark import session as session_module
@@ -118,9 +105,9 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         checksum = session_module.run_checksums(settings)
         tables = {request.mv_name: found.mv_version, **request.pinned}
         session = _run_session(spark, interpreted=session_module.small_tables(settings, tables, checksum))
+        commits = RunCommit(session, settings, request)
         if found.watermark.epoch < epoch:
-            _fence(session, settings, request, found.until)
-            _state_store(session, settings, request, found).fence(request.task_id, epoch)
+            commits.fence(found.until)
         state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
         if state.watermark.epoch > epoch:
             return _fenced_out(state.watermark, epoch)
@@ -131,14 +118,28 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
         mv_summary = checksum(request.mv_name, state.mv_version)
-        commits = rs_commit.usable(settings, request.mv_name, state.mv_version)
-        reads = commits and rs_arrow.small(mv_summary)
-        mv_schema = rs_arrow.schema_of(mv_summary) if commits else None
+        target = Target(
+            settings,
+            request.mv_name,
+            state.mv_version,
+            mv_summary,
+            rs_commit.usable(settings, request.mv_name, state.mv_version),
+        )
+        reads = target.delta_rs and rs_arrow.small(mv_summary)
+        mv_schema = rs_arrow.schema_of(mv_summary) if target.delta_rs else None
         scope = apply.Scope(
-            session, settings, request.mv_name, state.mv_version, commits, reads, mv_schema, request.run_id
+            session,
+            settings,
+            request.mv_name,
+            state.mv_version,
+            target.delta_rs,
+            reads,
+            mv_schema,
+            request.run_id,
         )
         try:
-            changes, detail = _apply(scope, settings, request, plan, state, checksum)
+            run = Run(settings, request, plan, state.ranges, state.watermark)
+            changes, detail = _apply(scope, run, commits, target)
         finally:
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
@@ -238,7 +239,7 @@ def _check_schema(
             f"({', '.join(f'{n} {t}' for n, t in have)}) differ from the query's "
             f"({', '.join(f'{n} {t}' for n, t in want)})"
         )
-    if plan.kind.endswith("projection") and (odd := apply.unmatchable_columns(mv_schema)):  # copies counted
+    if KINDS[plan.kind].matches_rows and (odd := apply.unmatchable_columns(mv_schema)):
         raise FastRefreshNotPossible(
             f"complete: rows with MAP/VARIANT columns ({', '.join(odd)}) cannot be matched"
         )
@@ -259,81 +260,16 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
     return child
 
 
-def _fence(session: SparkSession, settings: Settings, request: RunRequest, until: int) -> None:
-    """Empty commit recording txnVersion ``epoch * 2**32``, so Delta skips older epochs from now on.
-
-    It carries no ``mvs`` metadata (read_watermark ignores it). It is below every refresh commit of
-    this epoch (the base has an MV log, so ``until >= 1``): it never makes our own refresh skipped.
-    """
-    assert until >= 1, "an MV log implies the base is past version 0"
-    task_id, epoch = request.task_id, request.epoch
-    path = warehouse.table_path(settings, request.mv_name)
-    schema = session.read.format("delta").load(path).schema
-    metadata = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": request.run_id}})
-    (
-        session.createDataFrame([], schema)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", task_id)
-        .option("txnVersion", str(epoch * EPOCH_SHIFT))
-        .option("userMetadata", metadata)
-        .save(path)
-    )
-
-
-def _apply(
-    scope: apply.Scope,
-    settings: Settings,
-    request: RunRequest,
-    plan: FastRefreshPlan,
-    state: _State,
-    checksum: session_module.Checksum,
-) -> tuple[int, str]:
-    """Commit the changes by the cheapest exact plan; returns (number of change rows, what was done)."""
-    session, base, task_id = scope.session, plan.base_table, request.task_id
-    watermark = {table: until for table, (_, until) in state.ranges.items()}
-    metadata = encode_user_metadata(task_id, request.epoch, request.run_id, watermark)
-    version = str(txn_version(request.epoch, watermark))
-    path = warehouse.table_path(settings, request.mv_name)
+def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
+    """Commit the change its plan kind's rule computes; returns (number of change rows, what was done)."""
     scope.step("read the change rows")
-    if plan.kind == "union_projection":  # branches over their bases' changes (``incremental_union``)
-        try:
-            change, shared = union_change(scope, request, plan, state.ranges)
-        except apply.Inconsistent as why:
-            raise _not_matching(why) from why
-    elif plan.tables:  # a join of several bases: its delta rules (``workers.jobs.fast.join``)
-        try:
-            if plan.kind == "join_aggregate_having":  # reached groups recomputed (incremental_having)
-                change, shared = join_having_change(scope, request, plan, state.ranges)
-            else:
-                change, shared = incremental_join.join_change(scope, request, plan, state.ranges)
-        except apply.Inconsistent as why:
-            raise _not_matching(why) from why
-    else:
-        read = scope.changes(base, state.since, state.until)
-        change, shared = _one_base_change(scope, settings, request, plan, state, read), read.shared
-    if change.state is not None:  # helper state first: only the MV commit makes it trusted
-        scope.step("commit the helper state")
-        store = _state_store(session, settings, request, state)
-        store.commit(
-            change.state,
-            task_id=task_id,
-            epoch=request.epoch,
-            run_id=request.run_id,
-            watermark=watermark,
-            txn=version,
-        )
-    scope.step(f"commit ({change.plan})")
-    if change.merge is None:
-        assert change.appended is not None
-        incremental_append.append(
-            change.appended, path, txn_app_id=task_id, txn_version=version, metadata=metadata
-        )
-        return change.change_rows, _detail(change, shared)
-    confs = merge_confs(task_id, version, metadata)
-    mv_summary = checksum(request.mv_name, state.mv_version)
-    target = Target(settings, request.mv_name, state.mv_version, mv_summary, scope.delta_rs_commits)
-    change = commit_merge(session, path, change, confs, target, scope.step)
+    try:
+        change, shared = KINDS[run.plan.kind].change(scope, run)
+    except apply.Inconsistent as why:
+        raise _not_matching(why) from why
+    state = run.state_store(scope)
+    watermark = {table: until for table, (_, until) in run.ranges.items()}
+    change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
     return change.change_rows, _detail(change, shared)
 
 
@@ -341,45 +277,8 @@ def _detail(change: apply.Change, shared: bool) -> str:
     return f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
 
 
-def _one_base_change(
-    scope: apply.Scope,
-    settings: Settings,
-    request: RunRequest,
-    plan: FastRefreshPlan,
-    state: _State,
-    read: Changes,
-) -> apply.Change:
-    """The change of a one-base MV: append when the base only appended, else its merge."""
-    session, base, query, changes = scope.session, plan.base_table, request.query, read.frame
-    inserted = None
-    if plan.kind == "projection":  # insert-only (from the base's log, no job): append, no MERGE
-        inserted = incremental_append.inserted_rows(session, settings, base, state.since, state.until)
-    if inserted is not None:
-        rows = changes.where(F.col("_change_type").isin(*apply.INSERT_TYPES))
-        appended = scope.run_query(query, base, rows)
-        return apply.Change("append", inserted, f"{inserted} rows inserted", appended=appended)
-    mv = scope.mv_frame()
-    scope.step(apply.COMPUTE_STEP)
-    try:
-        if plan.kind == "aggregate_having":  # reached groups recomputed (workers.jobs.fast.having)
-            at_v = read_at(session, settings, base, state.until)
-            return having_change(scope, query, plan, changes, mv, at_v)
-        if plan.kind == "aggregate":
-            base_at_v = read_at(session, settings, base, state.until)
-            store = _state_store(session, settings, request, state)
-            return aggregate_merge(scope, query, plan, changes, mv, base_at_v, store, change_rows=read.rows)
-        return apply.projection_change(scope, query, base, changes, mv)
-    except apply.Inconsistent as why:
-        raise _not_matching(why) from why
-
-
 def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
     return FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})")
-
-
-def _state_store(session: SparkSession, settings: Settings, request: RunRequest, state: _State) -> StateStore:
-    """The MV's helper state (``workers.jobs.fast.aggregate.state``), as of the MV content ``state`` read."""
-    return StateStore(session, settings, request.mv_name, state.watermark)
 
 
 def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:
@@ -407,7 +306,7 @@ def _result(
     session: SparkSession, settings: Settings, request: RunRequest, state: _State, changes: int, detail: str
 ) -> RefreshResult:
     """Did our commit land (same detection as a complete refresh), and what it changed."""
-    found = complete._result(session, settings, request, state.mv_version, state.watermark)
+    found = complete.landed(session, settings, request, state.mv_version, state.watermark)
     if not found.applied or found.delta_version is None:
         return found
     after = found.delta_version - 1

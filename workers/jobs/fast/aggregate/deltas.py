@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, StructType
 
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
+from workers.jobs.delta.write import MergeSpec
 from workers.jobs.fast.aggregate import values as values_of
-from workers.jobs.fast.aggregate.state import StateWrite
 from workers.jobs.fast.apply import (
     _P,
     ALL_ROWS,
@@ -21,8 +21,8 @@ from workers.jobs.fast.apply import (
     OP,
     ROWS,
     SIGN,
-    MergeSpec,
     Scope,
+    StateWrite,
     null_safe,
 )
 from workers.jobs.spark.columns import col, q

@@ -46,7 +46,7 @@ from workers.jobs.fast.aggregate.deltas import (
     tracked_columns,
 )
 from workers.jobs.fast.aggregate.rules import Inputs, exact_type, one_pass_merge, rules
-from workers.jobs.fast.aggregate.state import StateStore, StateWrite, layout_id
+from workers.jobs.fast.aggregate.state import StateStore, layout_id
 from workers.jobs.fast.apply import (
     _P,
     ALL_ROWS,
@@ -56,6 +56,7 @@ from workers.jobs.fast.apply import (
     ROWS,
     Change,
     Scope,
+    StateWrite,
     keyed_upsert,
     null_safe,
     signed,

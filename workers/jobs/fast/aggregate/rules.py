@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 
 from workers.jobs.delta.key_filter import KeyFilter
+from workers.jobs.delta.write import MergeSpec
 from workers.jobs.fast.aggregate import values as values_of
 from workers.jobs.fast.aggregate.deltas import NEG, S_ROWS, Agg, Tracked, sum_delta
-from workers.jobs.fast.apply import NET, RECOMPUTE_NEEDED, MergeSpec, null_safe
+from workers.jobs.fast.apply import NET, RECOMPUTE_NEEDED, null_safe
 from workers.jobs.spark.columns import col, q
 
 

@@ -17,8 +17,8 @@ state's tag match.
 
 Stale owners: state commits use the MV's idempotent-write id (``txnAppId`` = task id, ``txnVersion``
 as the MV commit's), and the first incremental run of an epoch fences the state table as it fences
-the MV (an empty commit at ``epoch * 2**32``), so after it no older epoch's commit lands in between
-a run's read of the state and its write.
+the MV (``workers.jobs.fast.commit.RunCommit.fence``), so after it no older epoch's commit lands in
+between a run's read of the state and its write.
 """
 
 from __future__ import annotations
@@ -33,15 +33,12 @@ from pyspark.sql import DataFrame, SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta.metadata import (
-    EPOCH_SHIFT,
-    MvWatermark,
-    json_object,
-)
-from workers.jobs.fast.apply import MergeSpec
-from workers.jobs.fast.commit import merge_confs, merge_with
+from workers.jobs.delta import write as delta_write
+from workers.jobs.delta.metadata import CommitId, MvWatermark, json_object
+from workers.jobs.fast.apply import StateWrite
+from workers.jobs.request import RunRequest
 
-__all__ = ["StateStore", "StateWrite", "layout_id"]
+__all__ = ["StateStore", "layout_id"]
 
 _KEY = "mvs_state"
 
@@ -49,16 +46,6 @@ _KEY = "mvs_state"
 def layout_id(*parts: object) -> str:
     """A short fingerprint of what the state's columns mean (query, keys, tracked columns, types)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class StateWrite:
-    """What a run writes to the state table: ``merge`` (the changed groups only) or, when it is None,
-    ``frame`` replaces the whole state (a rebuild)."""
-
-    frame: DataFrame
-    layout: str
-    merge: MergeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -98,46 +85,18 @@ class StateStore:
             return reader.load(warehouse.table_path(self.settings, self.table))
         return None
 
-    def fence(self, task_id: str, epoch: int) -> None:
-        """An empty commit at txnVersion ``epoch * 2**32``: Delta skips older epochs' state commits
-        from now on (``workers.jobs.fast.refresh._fence`` does the same on the MV)."""
-        if not warehouse.table_exists(self.settings, self.table):
-            return  # the first write of this epoch creates it, under this epoch's txnVersion
-        path = warehouse.table_path(self.settings, self.table)
-        schema = self.session.read.format("delta").load(path).schema
-        (
-            self.session.createDataFrame([], schema)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", task_id)
-            .option("txnVersion", str(epoch * EPOCH_SHIFT))
-            .save(path)
-        )
-
     def commit(
-        self,
-        write: StateWrite,
-        *,
-        task_id: str,
-        epoch: int,
-        run_id: str,
-        watermark: Mapping[str, int],
-        txn: str,
+        self, write: StateWrite, run: RunRequest, watermark: Mapping[str, int], txn_version: int
     ) -> None:
-        """Write the run's state (before its MV commit), tagged with the run, idempotently."""
-        tag = {"task_id": task_id, "epoch": epoch, "run_id": run_id, "watermark": dict(watermark)}
+        """Write the run's state (before its MV commit), tagged with the run, under the MV commit's
+        idempotent-write id (``workers.jobs.fast.commit``)."""
+        tag = {"task_id": run.task_id, "epoch": run.epoch, "run_id": run.run_id, "watermark": dict(watermark)}
         metadata = json.dumps({_KEY: {**tag, "layout": write.layout}}, sort_keys=True)
+        commit = CommitId(run.task_id, txn_version, metadata)
         path = warehouse.table_path(self.settings, self.table)
         if write.merge is None:
-            (
-                write.frame.write.format("delta")
-                .mode("overwrite")
-                .option("overwriteSchema", "true")
-                .option("txnAppId", task_id)
-                .option("txnVersion", txn)
-                .option("userMetadata", metadata)
-                .save(path)
+            delta_write.write(
+                write.frame, path, commit, mode="overwrite", options={"overwriteSchema": "true"}
             )
-            return
-        # The source is the run's held rows (``incremental_aggregate``): no copy of it is needed.
-        merge_with(self.session, path, write.merge, merge_confs(task_id, txn, metadata))
+        else:  # the source is the run's held rows (``workers.jobs.fast.aggregate.merge``)
+            delta_write.spark_merge(self.session, path, write.merge, commit)
