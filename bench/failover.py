@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, report
-from tests.integration.cluster import wait_until
-from tests.integration.processes import Fleet, Role, Tail
+from tests.support.cluster import wait_until
+from tests.support.processes import Fleet, Role, Tail
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.embedded.broker import one_broker_settings

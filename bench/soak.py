@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, report
-from tests.integration.cluster import wait_until
-from tests.integration.processes import Fleet, Role
+from tests.support.cluster import wait_until
+from tests.support.processes import Fleet, Role
 from workers.catalog.store import restore_catalog
 from workers.ddl.parser import parse_statement
 from workers.demo_tables import append, create_table, read_table

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import C1_ONLY
-from tests.integration.cluster import Cluster
-from tests.integration.objectstore import object_store, settings_on_warehouse  # noqa: F401 - fixtures
-from tests.integration.registry_fixture import registry_settings, schema_registry_url  # noqa: F401
-from tests.integration.sales import SCHEMA, rows
+from tests.support.cluster import Cluster
+from tests.support.objectstore import object_store, settings_on_warehouse  # noqa: F401 - fixtures
+from tests.support.registry_fixture import registry_settings, schema_registry_url  # noqa: F401
+from tests.support.sales import SCHEMA, rows
 from workers.config import Settings
 
 

@@ -27,8 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.integration.cluster import Cluster
 from tests.integration.test_rest_api import api_server
+from tests.support.cluster import Cluster
 from workers.config import Settings
 from workers.warehouse import DELTA_LOG, local_table_dir
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import wait_until
-from tests.integration.fleet import Harness, step
-from tests.integration.processes import Fleet
-from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
+from tests.support.cluster import wait_until
+from tests.support.fleet import Harness, step
+from tests.support.processes import Fleet
+from tests.support.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
 from workers.codec import get_codec
 from workers.config import Settings
 from workers.demo_tables import create_table, read_table

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import wait_until
-from tests.integration.fleet import (
+from tests.support.cluster import wait_until
+from tests.support.fleet import (
     BIG_ROWS,
     BIG_SCHEMA,
     BY_REGION,
@@ -41,7 +41,7 @@ from tests.integration.fleet import (
     slow_mv_running_on_owner,
     step,
 )
-from tests.integration.processes import Fleet
+from tests.support.processes import Fleet
 from workers.cli import main as cli_main
 from workers.config import Settings
 from workers.demo_tables import append, create_table

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.cluster import Cluster, wait_until
-from tests.integration.sales import BY_REGION, caught_up, rows
+from tests.support.cluster import Cluster, wait_until
+from tests.support.sales import BY_REGION, caught_up, rows
 from workers.demo_tables import append
 from workers.kafka.reader import read_to_end
 from workers.records import Record

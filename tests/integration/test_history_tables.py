@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
-from tests.integration.sales import BY_REGION, SCHEMA, rows
+from tests.support.cluster import Cluster, wait_until
+from tests.support.sales import BY_REGION, SCHEMA, rows
 from workers import warehouse
 from workers.bus import BusConsumer, KafkaBus
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE

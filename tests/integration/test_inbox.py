@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.integration.cluster import wait_until
+from tests.support.cluster import wait_until
 from workers.config import Settings
 from workers.coordinator.inbox import FORWARDED_FROM, InboxForwarder, forward_inboxes_in_background
 from workers.ddl.parser import parse_statement

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import wait_until
-from tests.integration.fleet import assert_applied_once, refresh_commits, step, unended_runs
-from tests.integration.objectstore import object_store_settings
-from tests.integration.processes import Fleet
-from tests.integration.sales import SCHEMA, rows
-from tests.integration.two_mvs import MVS, create_two_mvs, wait_until_current
+from tests.support.cluster import wait_until
+from tests.support.fleet import assert_applied_once, refresh_commits, step, unended_runs
+from tests.support.objectstore import object_store_settings
+from tests.support.processes import Fleet
+from tests.support.sales import SCHEMA, rows
+from tests.support.two_mvs import MVS, create_two_mvs, wait_until_current
 from workers.client import MvsClient
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import free_port, one_broker_settings

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
+from tests.support.cluster import Cluster, wait_until
 from workers.cli import main as cli_main
 from workers.config import Settings
 from workers.demo_tables import create_table

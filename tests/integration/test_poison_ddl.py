@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from tests.integration.cluster import wait_until
+from tests.support.cluster import wait_until
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, handle_ddl

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
-from tests.integration.processes import role_env
-from tests.integration.sales import BY_REGION, rows
+from tests.support.cluster import Cluster, wait_until
+from tests.support.processes import role_env
+from tests.support.sales import BY_REGION, rows
 from workers.config import REPO_ROOT, Settings
 from workers.demo_tables import append
 from workers.embedded.broker import free_port

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlglot.parser
 
-from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
+from tests.support.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
 from workers import warehouse
 from workers.codec import get_codec
 from workers.config import Settings

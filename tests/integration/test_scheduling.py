@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
+from tests.support.cluster import Cluster, wait_until
 from workers import warehouse
 from workers.cli import main
 from workers.config import Settings

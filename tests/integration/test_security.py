@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import wait_until
-from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
+from tests.support.cluster import wait_until
+from tests.support.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
 from workers.client import MvsClient
 from workers.config import Settings
 from workers.coordinator.inbox import InboxForwarder

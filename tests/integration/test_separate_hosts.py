@@ -1,5 +1,5 @@
 """Issue 11, item 5: separate hosts, simulated — two workers, each in its own network namespace (its own
-"host", ``tests.integration.netns``), the broker and the coordinator on the bridge. One worker's link
+"host", ``tests.support.netns``), the broker and the coordinator on the bridge. One worker's link
 to the broker is cut (its cable pulled: the process and its Spark keep running). Its tasks move to the
 other worker within the failover goal; it commits nothing over the new owner (Delta's idempotent-write
 fencing: no older epoch lands after a newer one); and when the link heals it rejoins the group and
@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration import netns
-from tests.integration.cluster import wait_until
-from tests.integration.fleet import Harness, assert_applied_once, refresh_commits, step
-from tests.integration.processes import Fleet
-from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from tests.support import netns
+from tests.support.cluster import wait_until
+from tests.support.fleet import Harness, assert_applied_once, refresh_commits, step
+from tests.support.processes import Fleet
+from tests.support.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 from workers.kafka.admin import group_owners

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import wait_until
-from tests.integration.executor_tasks import ExecutorTask, executor_tasks
-from tests.integration.fleet import Harness, step
-from tests.integration.processes import Fleet
-from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from tests.support.cluster import wait_until
+from tests.support.executor_tasks import ExecutorTask, executor_tasks
+from tests.support.fleet import Harness, step
+from tests.support.processes import Fleet
+from tests.support.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.config import Settings
 from workers.demo_tables import append, create_table
 from workers.embedded.spark_cluster import SparkStandalone

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_until
-from tests.integration.sales import BY_REGION, rows
 from tests.integration.test_rest_api import api_server
+from tests.support.cluster import Cluster, wait_until
+from tests.support.sales import BY_REGION, rows
 from workers.config import REPO_ROOT, Settings
 from workers.demo_tables import append
 from workers.embedded.broker import free_port

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.coordinator_cases import CREATE, apply, refusal
-from tests.unit.memory_bus import MemoryBus
+from tests.support.coordinator_cases import CREATE, apply, refusal
+from tests.support.memory_bus import MemoryBus
 from workers.catalog.errors import MvsError
 from workers.catalog.specs import checked_mv_spec
 from workers.config import Settings

@@ -8,17 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.paths import AVRO_FIXTURES as FIXTURES
 from workers.cli import command_line as cli
 from workers.client import HistorySnapshot, MvsClient, StatusSnapshot
 from workers.kafka.messages import Message
 from workers.views import history_json, iso, statement_json, status_json, tail_json, task_json
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "avro"
 NOW_MS = 1767225630000  # 2026-01-01T00:00:30Z, 30 s after the fixture's last run started
 
 
