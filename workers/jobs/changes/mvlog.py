@@ -27,7 +27,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta.metadata import USER_METADATA_CONF, json_object
+from workers.jobs.delta import write
+from workers.jobs.delta.metadata import USER_METADATA_CONF, CommitId, json_object
 from workers.jobs.errors import ChangesNotRetained, TableNotFound, is_write_conflict
 
 CHANGE_COLUMNS = StructType(
@@ -145,19 +146,16 @@ def capture(spark: SparkSession, settings: Settings, base_table: str) -> int:
             .option("endingVersion", hi)
             .load(warehouse.table_path(settings, base_table))
         )
-        writer = (
-            changes.write.format("delta")
-            .mode("overwrite")
-            # Replacing exactly this version range makes a replayed capture idempotent even with a
-            # different txnVersion; txnAppId/txnVersion make the exact replay a cheap no-op.
-            .option("replaceWhere", f"_commit_version > {lo} AND _commit_version <= {hi}")
-            .option("mergeSchema", "true")  # the base may have gained columns
-            .option("txnAppId", f"mvlog:{base_table}")
-            .option("txnVersion", str(hi))
-            .option("userMetadata", replace(state, captured_version=hi).user_metadata())
-        )
+        # Replacing exactly this version range makes a replayed capture idempotent even with a
+        # different txnVersion; txnAppId/txnVersion make the exact replay a cheap no-op.
+        options = {
+            "replaceWhere": f"_commit_version > {lo} AND _commit_version <= {hi}",
+            "mergeSchema": "true",  # the base may have gained columns
+        }
+        commit = CommitId(f"mvlog:{base_table}", hi, replace(state, captured_version=hi).user_metadata())
+        path = warehouse.table_path(settings, warehouse.mlog_table_name(base_table))
         try:
-            writer.save(warehouse.table_path(settings, warehouse.mlog_table_name(base_table)))
+            write.write(changes, path, commit, mode="overwrite", options=options)
         except Exception as exc:
             # Another worker (the MV log's purge task, or a FAST refresh of another MV) captured
             # at the same time and committed first: if it covered this range, so did we.
