@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Compose Specification's JSON schema, for tests/unit/test_compose.py: the schema docker compose
+# The Compose Specification's JSON schema, for tests/unit/cli/test_compose.py: the schema docker compose
 # itself validates with, from the compose-go module (Go module proxy), pinned, into .cache/.
 # Idempotent; a machine without Go skips it (the test then says why it cannot run).
 set -euo pipefail

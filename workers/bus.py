@@ -1,7 +1,7 @@
 """What a role uses of the bus: a consumer, a producer, a catalog read — as interfaces.
 
 The roles (``Manager``, ``Coordinator``) get a ``Bus`` and ask it for their clients, so a unit test
-drives their ``step()`` over an in-memory bus (tests/unit/memory_bus.py) while the integration tests
+drives their ``step()`` over an in-memory bus (tests/support/memory_bus.py) while the integration tests
 run them on a real broker. ``KafkaBus``, the default, hands out the typed Kafka clients, which
 satisfy these protocols as they are (mypy checks it in ``KafkaBus``'s return types).
 """

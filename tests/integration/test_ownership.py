@@ -122,7 +122,7 @@ class SteppedManager:
         self.thread.join(60)
 
 
-@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/integration/objectstore.py
+@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/support/objectstore.py
 def test_a_worker_whose_loop_hangs_leaves_the_group_and_its_task_runs_elsewhere(
     spark: Any, settings: Settings
 ) -> None:

@@ -13,7 +13,7 @@ from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, mlog_table_name, table_exists
 
 
-@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/integration/objectstore.py
+@pytest.mark.parametrize("settings", ["local", "s3"], indirect=True)  # s3: tests/support/objectstore.py
 def test_create_mv_holds_exactly_the_query_rows(cluster: Cluster, spark: Any) -> None:
     result = cluster.sql(f"CREATE MATERIALIZED VIEW by_region REFRESH COMPLETE EVERY 1 HOUR AS {BY_REGION}")
     assert result["accepted"], result

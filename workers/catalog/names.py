@@ -27,7 +27,7 @@ MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of table T in the table 
 MVSTATE_SUFFIX = "__mvstate"
 # A warehouse folder may also be an MV log or state table: the longest name plus the longest suffix.
 MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(MVSTATE_SUFFIX))
-# The fleet's own tables in the warehouse (workers/jobs/history_table.py): run history and task
+# The fleet's own tables in the warehouse (workers/worker/history_table.py): run history and task
 # states. An MV may read them; none may be created under these names (it would replace them).
 REFRESH_HISTORY_TABLE = "mvs_refresh_history"
 TASKS_TABLE = "mvs_tasks"

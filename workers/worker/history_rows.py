@@ -5,7 +5,7 @@
 names the Kafka record it came from (``source_partition``, ``source_offset``): the sink writes a
 partition's rows with Delta's idempotent-write id keyed by those offsets
 (``workers/worker/history_sink.py``). Columns are in ``HISTORY_COLUMNS`` / ``TASK_COLUMNS`` order,
-which the Spark schemas of ``workers/jobs/history_table.py`` follow.
+which the Spark schemas of ``workers/worker/history_table.py`` follow.
 """
 
 from __future__ import annotations

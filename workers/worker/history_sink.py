@@ -9,7 +9,7 @@ and moves with them like task ownership, and no worker is special.
 
 Exactly once, per runs partition: a batch of partition p is appended in one Delta commit under
 ``txnAppId = mvs_refresh_history:runs-<p>``, ``txnVersion = its last offset``
-(``workers/jobs/history_table.py``), after dropping the records at or below the offset Delta
+(``workers/worker/history_table.py``), after dropping the records at or below the offset Delta
 recorded for that id; the Kafka offset is committed only after the Delta commit. A crash between
 the two replays the batch, whose records the recorded offset then drops; a second copy writing the
 same partition at once fails Delta's conflict check and tries again from the new recorded offset

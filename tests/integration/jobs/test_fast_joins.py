@@ -47,7 +47,7 @@ def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     read as values, the small frames held on the driver; and (as for a large change set) the keys as
     a semi-join (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors. (The others run the
     first way only: they test shapes, not the narrowing. Frames on the executors under a rewrite
-    merge: tests/integration/test_fast_plans.py.)"""
+    merge: tests/integration/jobs/test_fast_plans.py.)"""
     if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
         monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", 0)

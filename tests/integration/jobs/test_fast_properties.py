@@ -22,7 +22,7 @@ ones (three over one table, one over a join, one with HAVING, one UNION ALL), ~3
 machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
-    HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/test_fast_properties.py
+    HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/jobs/test_fast_properties.py
 
 The same for UNION ALL of projections (``union_projection``) over one base or several, a base read by
 two branches (duplicates across branches), changes on some bases only.

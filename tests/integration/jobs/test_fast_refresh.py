@@ -29,7 +29,7 @@ def all_caught_up(cluster: Cluster, *task_ids: str) -> bool:
     return all(caught_up(cluster, t) for t in task_ids)
 
 
-# On the object store only (tests/integration/objectstore.py): FAST ON CHANGE through workers on a local
+# On the object store only (tests/support/objectstore.py): FAST ON CHANGE through workers on a local
 # warehouse runs in the broker-outage, Kafka-cluster and separate-hosts tests.
 @pytest.mark.parametrize("settings", ["s3"], indirect=True)
 def test_fast_mvs_follow_inserts_updates_and_deletes_incrementally(cluster: Cluster, spark: Any) -> None:

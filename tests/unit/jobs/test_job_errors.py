@@ -113,7 +113,7 @@ def test_an_empty_innermost_message_falls_back_to_the_last_one_that_says_somethi
     assert root_cause(cause_chain(exc)) == "SparkException: Job aborted: disk full"
 
 
-# Messages as Spark 4.0.1 / Delta 4.0.1 raise them (reproduced in tests/integration/test_run_errors.py).
+# Messages as Spark 4.0.1 / Delta 4.0.1 raise them (reproduced in tests/integration/jobs/test_run_errors.py).
 PERMANENT = {
     "cdf rename": (
         "org.apache.spark.sql.delta.DeltaUnsupportedOperationException",
