@@ -5,7 +5,7 @@ Where the rows come from: versions the MV log has captured are read from the log
 base's VACUUM); versions after that straight from the base's change data feed. So a refresh never
 waits for a capture: the MV log's own task captures on its schedule (``mvlog.purge``), and the
 refresh reads the newest commits where they already are. On a local warehouse delta-rs reads them
-where its change data feed is Spark's (``rs_changes``: milliseconds instead of Spark jobs), else Spark.
+where its change data feed is Spark's (``rs_reads``: milliseconds instead of Spark jobs), else Spark.
 
 Sharing: the rows of (since, until] are held by the driver once (``held.hold``) and kept for a short
 while; a refresh of another MV on the same base, pinned at the same ``until`` with a watermark at or

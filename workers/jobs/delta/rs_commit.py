@@ -210,7 +210,7 @@ def overwrite(
     result collected as Arrow (one Spark job) instead of written by Spark (Delta's snapshot of the MV,
     the write and its statistics: ~0.5 s more for a tiny MV). True when committed, False when the
     table already recorded ``commit``'s version or more for its app id; None where Spark writes instead:
-    delta-rs may not write the MV (``usable``), it was or now is over ``rs_arrow.READ_LIMIT_BYTES`` /
+    delta-rs may not write the MV (``usable``), it was or now is over ``arrow.READ_LIMIT_BYTES`` /
     ``ARROW_ROWS``, or the result's columns are not the table's (Spark changes the schema).
 
     Raises WriteConflict when another commit came after ``version``."""

@@ -51,7 +51,7 @@ SIGN, NET, NEW, OLD = f"{_P}sign", f"{_P}net", f"{_P}new", f"{_P}old"
 OP, PRESENT, RECOMPUTE = f"{_P}op", f"{_P}present", f"{_P}recompute"
 ROWS, ALL_ROWS = f"{_P}rows", f"{_P}all_rows"
 # What a MERGE that derives values itself fails with when a row needs the base after all
-# (``aggregate_rules.one_pass_merge``): the run then takes its ``Change.fallback``.
+# (``aggregate.rules.one_pass_merge``): the run then takes its ``Change.fallback``.
 RECOMPUTE_NEEDED = "mvs: a changed group needs recomputing from the base"
 # The run's step whose Spark jobs compute what to commit (after the change rows are read).
 COMPUTE_STEP = "compute the change to the MV"

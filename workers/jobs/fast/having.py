@@ -10,7 +10,7 @@ deleted. No group the change rows do not reach is read or written.
 
 One table: the change rows are the MV log's, the input is the base at the pinned version. A join:
 the change rows are the joined ones of its delta rules, carrying the group keys only
-(``incremental_join.joined_inputs``), and a group is recomputed over every base at its new version,
+(``join.joined_inputs``), and a group is recomputed over every base at its new version,
 the base holding the key narrowed to the reached groups.
 
 Cost: one pass over the change rows (their distinct group keys, held on the driver), one read of the

@@ -2,21 +2,23 @@
 
 A run reads the change rows of versions (watermark, v] from the MV log, ``v`` being the version its
 request pinned (``workers.jobs.request``), and applies them to the MV table so that it holds
-exactly what a complete refresh at ``v`` would write (rules in ``workers.jobs.fast.apply``).
-Data and the new watermark land in one Delta commit with the same ``userMetadata`` / ``txnAppId`` /
-``txnVersion`` as ``refresh_complete``: a replay or a stale owner's commit is skipped by Delta.
+exactly what a complete refresh at ``v`` would write (the rules of ``workers.jobs.fast``).
+Data and the new watermark land in one Delta commit of the MV with the same ``userMetadata`` /
+``txnAppId`` / ``txnVersion`` as ``refresh_complete``: a replay or a stale owner's commit is skipped by
+Delta (an aggregate's helper state is committed before it, to its own table: ``fast.commit``). The plan
+kind's rule is looked up in ``fast.kinds``.
 
 MERGE takes the idempotent-write id and ``userMetadata`` only from session confs, so every run
 works in its own session (``session.run_session``: own SQL conf and temp views, same SparkContext,
 so the run's job group and cancellation still apply). The MV query runs there as written, over temp
-views named like its base table (``refresh.run_query``).
+views named like its base table (``complete.run_query``).
 
 Fencing: an incremental result is only right on top of the MV content it was computed from. Within
 one epoch a task runs one refresh at a time; across epochs, a stale owner could still commit between
 our read of the MV and our MERGE. So the first incremental run of an epoch commits an empty "fence"
 first, with ``txnVersion = epoch * 2**32`` (above every older epoch's): from then on Delta skips
 every older-epoch commit, and the MV content we read can only change by a newer epoch (whose commit
-makes ours skipped, or fail as a concurrent transaction).
+makes ours skipped, or fail as a concurrent transaction; ``RunCommit.fence``).
 """
 
 from __future__ import annotations

@@ -5,20 +5,20 @@ non-NULL counts inserted/deleted, the exact sum and MIN/MAX of what was inserted
 joined to the MV rows of those groups only (and to their helper state, when the MV keeps one), and
 each group's new row is derived:
 
-* with helper state (``aggregate_state``; kept when ``needs_state``: AVG, SUM of floating point,
+* with helper state (``state``; kept when ``needs_state``: AVG, SUM of floating point,
   GROUP BY without COUNT(*)): COUNT(*), COUNT(col), SUM and AVG come from the new
-  state (old + delta), exactly (``aggregate_values``), and a group whose COUNT(*) reaches 0 is
+  state (old + delta), exactly (``values``), and a group whose COUNT(*) reaches 0 is
   deleted — no base read. When the state cannot be trusted it is rebuilt from the input at the pinned
   version in one pass, and the new state of the changed groups is read from it instead.
 * without (every value visible in the MV suffices): COUNT and SUM of integers/decimals are merged
   from the MV's own columns. A SUM without its COUNT(col) is NULL exactly when no non-NULL value is
-  left, which its old value and the deltas tell but in one rare case (``aggregate_rules``): recomputed.
+  left, which its old value and the deltas tell but in one rare case (``rules``): recomputed.
 
 MIN/MAX of a group whose current extreme is deleted, a floating sum holding a value too large or too
 fine to keep exactly, and the odd case the rules cannot prove exact are recomputed with the MV query
 over the input at the pinned version, restricted to those groups. Recomputing is always exact.
 
-The rules (``aggregate_rules``) run inside the MERGE when no value can need the base or the state
+The rules (``rules``) run inside the MERGE when no value can need the base or the state
 (one pass: the MERGE's own read of the MV is the only one); else, or when the MERGE finds a group it
 cannot derive after all, the MV rows of the changed groups are read first (two steps).
 """

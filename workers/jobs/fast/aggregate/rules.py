@@ -1,7 +1,7 @@
 """How a group of an aggregate MV gets its new row from its old row and the group's deltas
 (``rules``), and when it cannot (the group is recomputed from the base instead).
 
-``incremental_aggregate`` applies the rules two ways: over the MV rows of the changed groups, read
+``merge`` applies the rules two ways: over the MV rows of the changed groups, read
 first (two steps: read, then MERGE), or inside the MERGE itself (``one_pass_merge``), where the MERGE's
 own read of the MV is the only one. A group the one-pass MERGE finds it cannot derive fails the MERGE
 (``RECOMPUTE_NEEDED``: nothing is committed) and the run takes the two steps.

@@ -3,7 +3,7 @@ count and exact sum, in the Delta table ``<mv>__mvstate`` (``warehouse.state_tab
 
 Readers of the MV never see it: the MV table holds exactly the query's columns. A FAST run derives
 COUNT(col), SUM, AVG and "the group vanished" from it (``workers.jobs.fast.aggregate.merge``), so
-those never re-read the base. Only MVs that need it keep one (``incremental_aggregate.needs_state``).
+those never re-read the base. Only MVs that need it keep one (``merge.needs_state``).
 
 Trust rule (docs/ARCHITECTURE.md, "Helper state"): every state commit carries, in its
 ``userMetadata``, the run it belongs to (``{"mvs_state": {task_id, epoch, run_id, watermark,
