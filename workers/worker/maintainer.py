@@ -34,7 +34,15 @@ from workers.worker.messages import Command, Due, RunContext, RunFinished, RunSt
 from workers.worker.request import with_plan
 from workers.worker.run_records import run_failure, run_record, run_summary, was_cancelled
 from workers.worker.runner import Runner, RunResult
-from workers.worker.schedule import MANUAL, SCHEDULE, more_urgent, next_due, run_priority, trigger_kind
+from workers.worker.schedule import (
+    MANUAL,
+    SCHEDULE,
+    due_again,
+    more_urgent,
+    next_due,
+    run_priority,
+    trigger_kind,
+)
 
 if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only calls it
     from workers.sched.metrics import SchedMetrics
@@ -205,6 +213,9 @@ class Maintainer:
                 return runner.refresh(task, run_id=run.run_id, job_group=run.job_group)
             return runner.purge(task, safepoint=safepoint, run_id=run.run_id, job_group=run.job_group)
 
+        # Still queued when the task is due again: the executor counts that due run turned away
+        # (the worker cannot carry its load); this run keeps its place and serves it.
+        start_by = due_again(self.task, now=now, data_time=self.data_time, last_duration=self.last_duration)
         status = self.env.executor.submit(
             task_id,
             body,
@@ -212,10 +223,12 @@ class Maintainer:
             timeout_s=self.env.run_timeout_s,
             on_done=lambda outcome: None if send(task_id, RunFinished(run, outcome)) else None,
             on_cancel=lambda: runner.cancel(run.job_group),
+            start_by=start_by,
         )
         # COALESCED (the previous outcome is still being delivered) runs right after it, as ACCEPTED.
         if status is SubmitStatus.REJECTED:
-            # The worker's queue is full: not the task's fault, so no retry budget is spent.
+            # The worker's queue is full (it holds a run of every task this worker owns, so only
+            # something beside them fills it) or closed: not the task's fault, no retry budget spent.
             self._record_run(run, "ERROR", message="rejected: the worker's run queue is full; retrying")
             self._schedule_at(now + REJECTED_RETRY_S)
             return
