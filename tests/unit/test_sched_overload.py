@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
 
 from tests.unit.maintainer_harness import WAIT, Harness, mv
 from tests.unit.test_sched_executor import ACCEPTED, REJECTED, Gate
@@ -27,98 +31,93 @@ def _noop(_token: CancelToken) -> None:
 
 
 # -- the executor ---------------------------------------------------------------------------------------
-def test_a_burst_larger_than_the_slots_waits_in_the_queue() -> None:
-    clock = ManualClock(start=1000.0)
-    ex = BoundedExecutor(1, BURST, clock=clock, watchdog=False)
-    blocker = Gate()  # holds the slot, so the whole burst is queued at once
-    try:
-        assert ex.submit("blocker", blocker, priority=0) is ACCEPTED
-        statuses = [
-            ex.submit(f"k{i}", _noop, priority=20, start_by=clock.monotonic() + INTERVAL_S)
-            for i in range(BURST - 1)
-        ]
-        assert statuses == [ACCEPTED] * (BURST - 1)
-        assert ex.metrics().waiting == BURST - 1
-        blocker.release.set()
-        assert ex.wait_idle(timeout_s=WAIT)
-        clock.advance(INTERVAL_S)  # every run started before its task was due again
-        ex.check_timeouts()
-        m = ex.metrics()
-        assert (m.rejected, m.completed, m.waiting) == (0, BURST, 0)
-    finally:
-        blocker.release.set()
-        ex.shutdown(timeout_s=WAIT)
+@dataclass
+class Held:
+    """A one-slot executor on a manual clock whose slot a gated run holds until ``blocker`` opens."""
+
+    clock: ManualClock
+    ex: BoundedExecutor
+    blocker: Gate
 
 
-def test_a_run_not_started_before_its_task_is_due_again_is_rejected_once_and_still_runs() -> None:
+@pytest.fixture
+def held() -> Iterator[Held]:
     clock = ManualClock(start=1000.0)
     ex = BoundedExecutor(1, 10, clock=clock, watchdog=False)
     blocker = Gate()
+    assert ex.submit("blocker", blocker, priority=0) is ACCEPTED
+    assert blocker.started.wait(WAIT)
+    yield Held(clock, ex, blocker)
+    blocker.release.set()
+    ex.shutdown(timeout_s=WAIT)
+
+
+def test_a_burst_larger_than_the_slots_waits_in_the_queue(held: Held) -> None:
+    clock, ex = held.clock, held.ex
+    ex.set_queue_size(BURST)
+    statuses = [
+        ex.submit(f"k{i}", _noop, priority=20, start_by=clock.monotonic() + INTERVAL_S)
+        for i in range(BURST - 1)
+    ]
+    assert statuses == [ACCEPTED] * (BURST - 1)
+    assert ex.metrics().waiting == BURST - 1
+    held.blocker.release.set()
+    assert ex.wait_idle(timeout_s=WAIT)
+    clock.advance(INTERVAL_S)  # every run started before its task was due again
+    ex.check_timeouts()
+    m = ex.metrics()
+    assert (m.rejected, m.completed, m.waiting) == (0, BURST, 0)
+
+
+def test_a_run_not_started_before_its_task_is_due_again_is_rejected_once_and_still_runs(held: Held) -> None:
+    clock, ex = held.clock, held.ex
     order: list[str] = []
-    try:
-        assert ex.submit("blocker", blocker, priority=0) is ACCEPTED
-        assert blocker.started.wait(WAIT)
-        now = clock.monotonic()
-        for key, start_by in (("a", now + 10), ("b", now + 10), ("c", now + 20), ("d", None)):
-            assert (
-                ex.submit(key, lambda _t, k=key: order.append(k), priority=20, start_by=start_by) is ACCEPTED
-            )
-        clock.advance(9.999)
-        ex.check_timeouts()
-        assert ex.metrics().rejected == 0
-        clock.advance(0.001)  # a and b: due again, still queued
-        ex.check_timeouts()
-        assert ex.metrics().rejected == 2
-        clock.advance(100.0)  # c too; d has no due time; nobody counts twice
-        ex.check_timeouts()
-        ex.check_timeouts()
-        assert (ex.metrics().rejected, ex.metrics().waiting) == (3, 4)
-        blocker.release.set()
-        assert ex.wait_idle(timeout_s=WAIT)
-        assert order == ["a", "b", "c", "d"]  # the queued runs kept their places
-        assert (ex.metrics().completed, ex.metrics().rejected) == (5, 3)
-    finally:
-        blocker.release.set()
-        ex.shutdown(timeout_s=WAIT)
+    now = clock.monotonic()
+    for key, start_by in (("a", now + 10), ("b", now + 10), ("c", now + 20), ("d", None)):
+        assert ex.submit(key, lambda _t, k=key: order.append(k), priority=20, start_by=start_by) is ACCEPTED
+    clock.advance(9.999)
+    ex.check_timeouts()
+    assert ex.metrics().rejected == 0
+    clock.advance(0.001)  # a and b: due again, still queued
+    ex.check_timeouts()
+    assert ex.metrics().rejected == 2
+    clock.advance(100.0)  # c too; d has no due time; nobody counts twice
+    ex.check_timeouts()
+    ex.check_timeouts()
+    assert (ex.metrics().rejected, ex.metrics().waiting) == (3, 4)
+    held.blocker.release.set()
+    assert ex.wait_idle(timeout_s=WAIT)
+    assert order == ["a", "b", "c", "d"]  # the queued runs kept their places
+    assert (ex.metrics().completed, ex.metrics().rejected) == (5, 3)
 
 
-def test_a_run_started_or_canceled_in_time_is_not_counted() -> None:
-    clock = ManualClock(start=1000.0)
-    ex = BoundedExecutor(1, 10, clock=clock, watchdog=False)
-    blocker, started = Gate(), Gate()
+def test_a_run_started_or_canceled_in_time_is_not_counted(held: Held) -> None:
+    clock, ex = held.clock, held.ex
+    started = Gate()
     try:
-        ex.submit("blocker", blocker, priority=0)
         ex.submit("started", started, priority=10, start_by=clock.monotonic() + 10)
         ex.submit("canceled", Gate(), priority=20, start_by=clock.monotonic() + 10)
         assert ex.cancel("canceled")
-        blocker.release.set()
+        held.blocker.release.set()
         assert started.started.wait(WAIT)
         clock.advance(10)
         ex.check_timeouts()
         assert ex.metrics().rejected == 0
     finally:
-        blocker.release.set()
         started.release.set()
-        ex.shutdown(timeout_s=WAIT)
 
 
-def test_the_queue_bound_still_turns_submits_away_and_set_queue_size_moves_it() -> None:
-    clock = ManualClock(start=1000.0)
-    ex = BoundedExecutor(1, 2, clock=clock, watchdog=False)
-    blocker = Gate()
-    try:
-        ex.submit("blocker", blocker, priority=0)
-        assert ex.submit("a", Gate(), priority=0) is ACCEPTED
-        assert ex.submit("b", Gate(), priority=0) is REJECTED  # running + queued == queue_size
-        ex.set_queue_size(3)
-        assert ex.submit("b", _noop, priority=0) is ACCEPTED
-        ex.set_queue_size(0)  # never below the slots; nothing queued is dropped
-        m = ex.metrics()
-        assert (m.queue_size, m.waiting, m.rejected) == (1, 2, 1)
-        assert ex.cancel("a")
-    finally:
-        blocker.release.set()
-        ex.shutdown(timeout_s=WAIT)
+def test_the_queue_bound_still_turns_submits_away_and_set_queue_size_moves_it(held: Held) -> None:
+    ex = held.ex
+    ex.set_queue_size(2)
+    assert ex.submit("a", Gate(), priority=0) is ACCEPTED
+    assert ex.submit("b", Gate(), priority=0) is REJECTED  # running + queued == queue_size
+    ex.set_queue_size(3)
+    assert ex.submit("b", _noop, priority=0) is ACCEPTED
+    ex.set_queue_size(0)  # never below the slots; nothing queued is dropped
+    m = ex.metrics()
+    assert (m.queue_size, m.waiting, m.rejected) == (1, 2, 1)
+    assert ex.cancel("a")
 
 
 def test_the_watchdog_counts_a_run_past_its_start_by_on_the_real_clock() -> None:
