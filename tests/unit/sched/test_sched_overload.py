@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.unit.maintainer_harness import WAIT, Harness, mv
-from tests.unit.test_sched_executor import ACCEPTED, REJECTED, Gate
+from tests.support.maintainer_harness import WAIT, Harness, mv
+from tests.unit.sched.test_sched_executor import ACCEPTED, REJECTED, Gate
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
 from workers.sched.executor_types import CancelToken
