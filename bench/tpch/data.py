@@ -16,7 +16,6 @@ Used by ``bench.tpch`` and ``tests/integration/test_tpch.py``.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +72,7 @@ def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str
     """dbgen at scale factor ``sf``, loaded into the warehouse of ``settings`` as the eight TPC-H
     tables with their MV logs, holding back RF1's orders for ``rounds`` rounds."""
     parquet = Path(folder or tempfile.mkdtemp(prefix="mvs-tpch-"))
+    parquet.mkdir(parents=True, exist_ok=True)
     db = _connect_dbgen()
     db.execute(f"CALL dbgen(sf={sf})")
     total = db.execute("SELECT count(*) FROM orders").fetchone()[0]
@@ -121,7 +121,3 @@ def rf2(spark: Any, data: TpchData, round_: int) -> None:
         path = warehouse.table_path(data.settings, table)
         spark.sql(f"DELETE FROM delta.`{path}` WHERE {key} BETWEEN {lo} AND {hi}")
 
-
-def parquet_bytes(data: TpchData) -> int:
-    """Size of the generated Parquet (for the benchmark's set-up line)."""
-    return sum(os.path.getsize(p) for p in data.parquet.glob("*.parquet"))
