@@ -29,7 +29,7 @@ from bench.tpch.queries import load_queries
 from tests.integration.fast_checks import multiset_difference
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs.session import get_spark
+from workers.jobs import get_spark
 from workers.records import Record
 from workers.worker.runner import SparkRunner
 

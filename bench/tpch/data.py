@@ -23,7 +23,7 @@ from typing import Any
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs.mvlog import create_mv_log
+from workers.jobs import create_mv_log
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 REFRESH_FRACTION = 0.001  # of the orders, per refresh function and round (TPC-H's 0.1 %)

@@ -25,7 +25,7 @@ from tests.integration.fast_checks import multiset_difference
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query
-from workers.jobs.refresh import read_watermark
+from workers.jobs import read_watermark
 from workers.status import table
 from workers.worker.runner import SparkRunner
 
