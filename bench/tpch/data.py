@@ -120,4 +120,3 @@ def rf2(spark: Any, data: TpchData, round_: int) -> None:
     for table, key in (("orders", "o_orderkey"), ("lineitem", "l_orderkey")):
         path = warehouse.table_path(data.settings, table)
         spark.sql(f"DELETE FROM delta.`{path}` WHERE {key} BETWEEN {lo} AND {hi}")
-
