@@ -1,0 +1,74 @@
+"""The 22 TPC-H MVs as a user would create them: REFRESH FAST where the coordinator's analysis gives
+the query a FAST plan, REFRESH FORCE otherwise (each run FAST where it can, COMPLETE with the reason
+where not); and one refresh of one, as the worker runs it (``SparkRunner.refresh``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.common import mv_task
+from workers.catalog.errors import MvsError
+from workers.ddl import DdlError, analyze_query
+from workers.records import Record
+from workers.worker.runner import SparkRunner
+
+
+@dataclass(frozen=True)
+class TpchMv:
+    name: str
+    query: str
+    mode: str  # FAST | FORCE | COMPLETE
+    task: Record | None  # None: the coordinator refuses the query (``refused`` says why)
+    refused: str = ""
+
+
+def create(name: str, query: str, mode: str | None = None) -> TpchMv:
+    """MV ``name`` over ``query``: in ``mode``, or FAST where its plan allows and FORCE otherwise.
+    A query the coordinator's analysis refuses gets no task, and the reason."""
+    try:
+        info = analyze_query(query)
+    except (DdlError, ValueError, TypeError) as error:
+        return TpchMv(name, query, mode or "FORCE", None, f"refused: {error}")
+    chosen = mode or ("FAST" if info.fast_refresh is not None else "FORCE")
+    task = mv_task(
+        name,
+        trigger="ON_DEMAND",
+        interval_ms=None,
+        query=query,
+        base_tables=info.base_tables,
+        refresh_mode=chosen,
+    )
+    return TpchMv(name, query, chosen, task)
+
+
+@dataclass(frozen=True)
+class Run:
+    ms: float
+    state: str  # COMPLETED | SKIPPED | FAILED
+    message: str
+    spark_jobs: int | None
+
+    @property
+    def fast(self) -> bool:
+        return self.message.startswith("incremental:")
+
+
+def refresh(runner: SparkRunner, mv: TpchMv, run_id: str) -> Run:
+    """One refresh of ``mv`` at the bases' latest versions; a failed run is a ``FAILED`` Run with the
+    coded error as its message (the worker would report it the same way), not an exception."""
+    assert mv.task is not None, mv.refused
+    started = time.perf_counter()
+    try:
+        result = runner.refresh(mv.task, run_id=run_id, job_group=f"tpch-{mv.name}-{run_id}")
+    except MvsError as error:
+        return Run((time.perf_counter() - started) * 1000, "FAILED", f"{error.code.name}: {error}", None)
+    elapsed = (time.perf_counter() - started) * 1000
+    return Run(elapsed, result.state, result.message or "", result.spark_jobs)
+
+
+def rows_of(spark: Any, frame: Any) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
+    """(column names and types, rows) of a DataFrame, for comparing an MV with its query or twin."""
+    columns = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+    return columns, [tuple(r) for r in frame.collect()]

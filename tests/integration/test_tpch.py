@@ -1,0 +1,144 @@
+"""TPC-H as written under its refresh functions (issue 28): the 22 queries as MVs at a tiny scale,
+each MV equal to its query at its watermark after its first build and after every round of RF1 + RF2.
+
+Real Spark, real Delta, the worker's own refresh path (``SparkRunner.refresh``: pin the bases, decide
+FAST or COMPLETE, run the job, commit data and watermark together). The MVs are created as a user
+would (``bench.tpch.mvs.create``): REFRESH FAST where the coordinator's analysis gives the query a FAST
+plan, FORCE otherwise. Which query runs how is printed (``pytest -s``) and checked against its plan:
+a FAST MV's runs are all incremental, a FORCE MV without a FAST plan names the plan's reason.
+
+The data, its refresh functions and the queries are the benchmark's (``bench.tpch``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.tpch import data
+from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
+from bench.tpch.queries import load_queries
+from tests.integration.fast_checks import multiset_difference
+from workers import warehouse
+from workers.config import Settings
+from workers.ddl import analyze_query
+from workers.jobs import read_watermark
+from workers.status import table
+from workers.worker.runner import SparkRunner
+
+pytestmark = pytest.mark.integration
+
+SF = 0.01  # 60k lineitems, 15k orders (15 per refresh function and round)
+ROUNDS = 2
+QUERIES = load_queries()
+# Accepted by the coordinator, but its first run fails: the spec's Q18 leaves ``sum(l_quantity)``
+# unnamed, and Delta refuses that column name (invalid characters ' ,;{}()\n\t=').
+FAILS_TODAY = {
+    "q18": "Delta refuses the unnamed column sum(l_quantity) of the spec's Q18 "
+    "(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES); the coordinator accepts the query"
+}
+
+
+@dataclass
+class Outcome:
+    mv: TpchMv
+    runs: list[Run] = field(default_factory=list)  # the first build, then one per round
+    problems: list[str] = field(default_factory=list)  # failed runs and differences from the query
+
+
+class Oracle:
+    """The query over the bases at the MV's watermark: in a session of its own whose temp views named
+    like the bases are them ``VERSION AS OF`` the watermark."""
+
+    def __init__(self, spark: Any, settings: Settings) -> None:
+        self.spark, self.settings = spark, settings
+        self.session = spark.newSession()
+
+    def difference(self, mv: TpchMv) -> str | None:
+        found = read_watermark(self.spark, self.settings, mv.name)
+        if found is None:
+            return "the MV has no watermark"
+        for base, version in found.watermark.items():
+            path = warehouse.table_path(self.settings, base)
+            reader = self.session.read.format("delta").option("versionAsOf", version)
+            reader.load(path).createOrReplaceTempView(base)
+        want_columns, want = rows_of(self.session, self.session.sql(mv.query))
+        path = warehouse.table_path(self.settings, mv.name)
+        got_columns, got = rows_of(self.spark, self.spark.read.format("delta").load(path))
+        if got_columns != want_columns:
+            return f"columns {got_columns}, the query's {want_columns}"
+        difference = multiset_difference(got, want)
+        return None if difference is None else f"at {found.watermark}: {difference}"
+
+
+@pytest.fixture(scope="module")
+def tpch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """The 22 MVs built, then ROUNDS rounds of RF1 + RF2 each followed by a refresh of every MV, each
+    run checked against the oracle; what happened to each query."""
+    folder: Path = tmp_path_factory.mktemp("tpch")
+    settings = Settings(warehouse=str(folder / "warehouse"))
+    tpch_data = data.generate(spark, settings, SF, ROUNDS, folder=str(folder / "dbgen"))
+    runner, oracle = SparkRunner(settings), Oracle(spark, settings)
+    outcomes = {name: Outcome(create(name, sql)) for name, sql in QUERIES.items()}
+    for round_ in range(ROUNDS + 1):
+        if round_:
+            data.rf1(spark, tpch_data, round_ - 1)
+            data.rf2(spark, tpch_data, round_ - 1)
+        for outcome in outcomes.values():
+            if outcome.mv.task is None or outcome.problems:
+                continue  # refused, or failed before: its later rounds would tell nothing new
+            run = refresh(runner, outcome.mv, f"r{round_}")
+            outcome.runs.append(run)
+            problem = run.message if run.state == "FAILED" else oracle.difference(outcome.mv)
+            if problem is not None:
+                outcome.problems.append(f"round {round_}: {problem}")
+    print(_summary(outcomes))
+    return outcomes
+
+
+def _summary(outcomes: dict[str, Outcome]) -> str:
+    rows = []
+    for name, o in outcomes.items():
+        after_build = [r for r in o.runs[1:] if r.state == "COMPLETED"]
+        how = "FAST" if after_build and all(r.fast for r in after_build) else "COMPLETE"
+        last = o.problems[-1] if o.problems else (o.runs[-1].message if o.runs else o.mv.refused)
+        rows.append([name, "no" if o.mv.task is None else "yes", o.mv.mode, how, len(o.problems), last[:90]])
+    headers = ["query", "accepted", "mode", "runs", "problems", "last problem, or last run's message"]
+    return f"\nTPC-H SF {SF} as written, {ROUNDS} rounds of RF1 + RF2\n{table(headers, rows)}"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param(
+            name, marks=pytest.mark.xfail(reason=FAILS_TODAY[name], strict=True, raises=AssertionError)
+        )
+        if name in FAILS_TODAY
+        else name
+        for name in QUERIES
+    ],
+)
+def test_mv_equals_its_query_after_every_round(tpch: dict[str, Outcome], query: str) -> None:
+    outcome = tpch[query]
+    assert outcome.mv.task is not None, f"{query} is refused: {outcome.mv.refused}"
+    assert not outcome.problems, f"{query}:\n" + "\n".join(outcome.problems)
+    assert len(outcome.runs) == ROUNDS + 1, outcome.runs
+
+
+@pytest.mark.parametrize("query", [name for name in QUERIES if name not in FAILS_TODAY])
+def test_runs_are_fast_exactly_where_the_plan_allows(tpch: dict[str, Outcome], query: str) -> None:
+    """A FAST MV refreshes incrementally after every round (or skips when no base it reads changed);
+    a FORCE MV, made only for queries without a FAST plan, recomputes and names the plan's reason."""
+    outcome = tpch[query]
+    plan = analyze_query(outcome.mv.query).plan
+    refreshed = [r for r in outcome.runs[1:] if r.state != "SKIPPED"]
+    if outcome.mv.mode == "FAST":
+        assert all(r.fast for r in refreshed), [r.message for r in refreshed]
+    else:
+        assert outcome.mv.mode == "FORCE" and plan.fast_refresh is None
+        assert all(plan.fast_reason in r.message and not r.fast for r in refreshed), [
+            r.message for r in refreshed
+        ]
