@@ -34,11 +34,11 @@ pytestmark = pytest.mark.integration
 SF = 0.01  # 60k lineitems, 15k orders (15 per refresh function and round)
 ROUNDS = 2
 QUERIES = load_queries()
-# Accepted by the coordinator, but its first run fails: the spec's Q18 leaves ``sum(l_quantity)``
-# unnamed, and Delta refuses that column name (invalid characters ' ,;{}()\n\t=').
+# Refused at CREATE: the spec's Q18 leaves ``sum(l_quantity)`` unnamed, and Delta cannot store that
+# column name (invalid characters ' ,;{}()\n\t='); the coordinator names the column and asks for AS.
 FAILS_TODAY = {
-    "q18": "Delta refuses the unnamed column sum(l_quantity) of the spec's Q18 "
-    "(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES); the coordinator accepts the query"
+    "q18": "the spec's Q18 leaves sum(l_quantity) unnamed, a column name Delta cannot store "
+    "(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES); refused at CREATE with the column's position"
 }
 
 

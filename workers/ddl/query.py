@@ -21,6 +21,7 @@ from workers.ddl.constructs import check_constructs
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
+from workers.ddl.output_names import check_output_names
 from workers.ddl.plan import QueryPlan
 
 # The coordinator analyses every query on its one loop thread, and sqlglot's time grows with the
@@ -108,6 +109,7 @@ def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> Que
         tree = parse_query(sql)
         tables = base_table_nodes(tree)
         check_constructs(tree, extra)
+        check_output_names(tree)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
         plan, reason = plan_fast_refresh(tree, base_tables, sql)
         normalized = tree.sql(dialect=DIALECT)

@@ -143,7 +143,7 @@ LEGITIMATE = [
     "SELECT rand() AS r, uuid() AS u, monotonically_increasing_id() AS m FROM t",
     "SELECT /*+ BROADCAST(u) */ t.a FROM t JOIN u ON t.a = u.a",
     "SELECT * FROM t JOIN (VALUES (1, 'a'), (2, 'b')) AS v(k, s) ON t.k = v.k",
-    "SELECT 'a\\'b' AS s, `weird col` FROM `T`",
+    "SELECT 'a\\'b' AS s, `weird col` AS w FROM `T`",
     "SELECT X'AB' AS bin, 1.5BD AS dec, 1e3 AS dbl, TRUE AS yes FROM t",
 ]
 
