@@ -2,7 +2,8 @@
 copied to an empty folder, and its RUN step runs there — the pip install (resolved against the package
 index, not installed: ``--dry-run``) and the jar fetch (mvn, into the folder's own .cache/jars). A
 file the image forgets to copy, a dependency that does not resolve, or a jar profile that does not
-fetch fails here instead of in ``docker build``."""
+fetch fails here instead of in ``docker build``. (tests/integration/test_containers.py builds the image
+itself and runs it.)"""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def test_the_images_install_step_runs_on_exactly_the_files_it_copies(tmp_path: P
             copy = shutil.copytree if path.is_dir() else shutil.copy
             copy(path, tmp_path / source)
     (run,) = re.findall(r"^RUN (pip install .+)$", dockerfile, re.M)
-    pip_step, fetch_step = (part.strip() for part in run.split("&&"))
+    pip_step, fetch_step, cleanup = (part.strip() for part in run.split("&&"))
     assert pip_step == "pip install --no-cache-dir -e ." and fetch_step == "bash infra/fetch_jars.sh"
+    assert cleanup == "rm -rf /root/.m2"  # Maven's download cache, not the jars it fetched
 
     report = tmp_path / "report.json"
     pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
