@@ -20,6 +20,7 @@ from workers.config import CACHE_DIR, REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 HOST_NETWORK = REPO_ROOT / "infra" / "compose.host-network.yml"  # the container test's override
+DEFAULT_OVERRIDE = REPO_ROOT / "docker-compose.override.yml"  # read by compose when given no -f
 SCHEMA = CACHE_DIR / "compose-spec" / "compose-spec-v2.16.2.json"
 DOCKERFILE = "infra/Dockerfile"
 
@@ -44,7 +45,8 @@ def test_the_compose_file_follows_the_compose_specification(compose: dict[str, A
     if not SCHEMA.exists():
         pytest.skip(f"{SCHEMA} missing: run infra/setup_compose_schema.sh (needs Go)")
     validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
-    for document in (compose, yaml.safe_load(HOST_NETWORK.read_text())):
+    overrides = [yaml.safe_load(path.read_text()) for path in (HOST_NETWORK, DEFAULT_OVERRIDE)]
+    for document in (compose, *overrides):
         found = validator.iter_errors(document)
         errors = [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in found]
         assert not errors, errors
@@ -106,7 +108,10 @@ def _command_port(command: list[str], option: str) -> int | None:
 
 
 def test_health_checks_and_ports_are_the_ports_the_commands_listen_on(compose: dict[str, Any]) -> None:
+    overrides = yaml.safe_load(DEFAULT_OVERRIDE.read_text())["services"]
+    assert overrides["api"]["ports"], "the status page is published"
     for name, service in mvs_services(compose).items():
+        service = {**service, "ports": overrides.get(name, {}).get("ports", [])}
         command = service.get("command") or []
         listening = _command_port(command, "--metrics-port") or _command_port(command, "--port")
         check = " ".join(service.get("healthcheck", {}).get("test", []))
