@@ -102,4 +102,4 @@ objectstore_image() {
   rm -rf "$dir"
 }
 timed "mvs-versitygw:v1.8.0" objectstore_image
-"$docker" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^mvs' | sort
+"$docker" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^mvs' | sort -u

@@ -111,8 +111,9 @@ class ComposeFleet:
         return run([*self._compose, "-p", self.project, *files, *args], env=self.env, timeout_s=timeout_s)
 
     def sql(self, statement: str) -> str:
-        """``docker compose run --rm cli sql …``: the user's way to publish DDL."""
-        return self.compose("run", "--rm", "cli", "sql", statement, timeout_s=180)
+        """``docker compose run --rm cli sql …``: the user's way to publish DDL (``--no-deps``: the
+        fleet is up; without it compose runs the one-shot ``topics`` and ``bucket`` again first)."""
+        return self.compose("run", "--rm", "--no-deps", "cli", "sql", statement, timeout_s=180)
 
     def containers(self, service: str | None = None) -> list[Container]:
         label = f"label=com.docker.compose.project={self.project}"

@@ -99,16 +99,23 @@ class Scenario:
         return wait_until(settled, timeout_s=START_S, what=f"{count} workers sharing every partition")
 
     def worker_ids(self, count: int) -> dict[str, str]:
-        """Container id → worker id of the running workers (each logs its id with its partitions)."""
-        members = self.workers_settled(count)
-        running = [c for c in self.fleet.containers("worker") if c.running]
-        assert len(running) == count, running
-        found = {}
-        for container in running:
-            logs = self.fleet.logs(container)
-            (worker_id,) = [m for m in members if f"{m} assigned partitions" in logs]
-            found[container.id] = worker_id
-        return found
+        """Container id → worker id of the running workers, once each has logged its id with the
+        partitions it was assigned (a moment after the group shows them)."""
+
+        def found() -> dict[str, str] | None:
+            members = self.workers_settled(count)
+            running = [c for c in self.fleet.containers("worker") if c.running]
+            assert len(running) == count, running
+            ids = {}
+            for container in running:
+                logs = self.fleet.logs(container)
+                named = [m for m in members if f"{m} assigned partitions" in logs]
+                if len(named) != 1:
+                    return None
+                ids[container.id] = named[0]
+            return ids
+
+        return wait_until(found, timeout_s=START_S, what=f"{count} worker containers with their ids")
 
     def task_owner(self, name: str) -> str | None:
         task = self.client.tasks().get(f"mv:{name}")
