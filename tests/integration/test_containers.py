@@ -61,7 +61,7 @@ class Scenario:
 
     # the warehouse, from the host
     def append(self, count: int) -> None:
-        from workers.jobs.tables import append, create_table
+        from workers.demo_tables import append, create_table
 
         new = rows(self.next_row, count)
         if self.next_row == 0:
@@ -154,7 +154,7 @@ def test_the_compose_fleet_keeps_mvs_current_through_a_kill_a_stop_and_a_coordin
 
 
 def run_scenario(fleet: ComposeFleet, spark: Any) -> None:
-    from workers.jobs.session import get_spark
+    from workers.jobs.spark.session import get_spark
 
     started = time.monotonic()
     fleet.compose("up", "-d", "--no-build", "--scale", "worker=2")
