@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -88,7 +87,6 @@ class ComposeFleet:
     host: str  # DOCKER_HOST of the project's daemon
     project: str = field(default_factory=lambda: f"mvstest{uuid.uuid4().hex[:8]}")
     ports: dict[str, int] = field(default_factory=dict)
-    created_at: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         taken: list[int] = []
@@ -143,23 +141,10 @@ class ComposeFleet:
     def follow_logs(self, container: Container) -> LogFollower:
         return LogFollower([DOCKER, "logs", "--follow", container.id], self.env)
 
-    def die_exit_code(self, container: Container) -> int:
-        """The exit code of the container's last death, from the daemon's events (it may be removed)."""
-        codes = self.docker(
-            "events",
-            "--since",
-            str(int(self.created_at)),
-            "--until",
-            str(int(time.time()) + 1),
-            "--filter",
-            f"container={container.id}",
-            "--filter",
-            "event=die",
-            "--format",
-            "{{.Actor.Attributes.exitCode}}",
-        ).split()
-        assert codes, f"no die event for {container.name}"
-        return int(codes[-1])
+    def watch_exit(self, container: Container) -> subprocess.Popen[str]:
+        """``docker wait``: prints the container's exit code when it stops, even if it is then removed."""
+        command = [DOCKER, "wait", container.id]
+        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, text=True)
 
     def exit_code(self, container: Container) -> int:
         return int(self.docker("inspect", "--format", "{{.State.ExitCode}}", container.id).strip())

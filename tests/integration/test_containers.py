@@ -211,6 +211,7 @@ def stop_a_worker(s: Scenario, restarted: Container, leaving: Container, ids: di
     s.fleet.docker("start", restarted.id)
     ids.update(s.worker_ids(2))
     logs = s.fleet.follow_logs(leaving)
+    exit_watch = s.fleet.watch_exit(leaving)
     before_ms = int(time.time() * 1000)
     mark = time.monotonic()
     s.fleet.compose("up", "-d", "--no-build", "--scale", "worker=1")
@@ -219,7 +220,7 @@ def stop_a_worker(s: Scenario, restarted: Container, leaving: Container, ids: di
     remaining = [c.id for c in s.fleet.containers("worker")]
     assert remaining == [restarted.id], "compose stopped and removed the other worker"
     assert "revoked partitions" in logs.read(), "the stopped worker handed its partitions over"
-    assert s.fleet.die_exit_code(leaving) == 0, "a clean exit on SIGTERM"
+    assert exit_watch.communicate(timeout=60)[0].strip() == "0", "a clean exit on SIGTERM"
     assert set(s.owners("workers")) == {ids[restarted.id]}
     assert all(s.task_owner(name) == ids[restarted.id] for name in s.queries)
     assert unended_runs(s.settings, before_ms) == [], "every run of the stopped worker ended"
