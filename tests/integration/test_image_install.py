@@ -2,7 +2,8 @@
 copied to an empty folder, and its RUN step runs there — the pip install (resolved against the package
 index, not installed: ``--dry-run``) and the jar fetch (mvn, into the folder's own .cache/jars). A
 file the image forgets to copy, a dependency that does not resolve, or a jar profile that does not
-fetch fails here instead of in ``docker build``."""
+fetch fails here instead of in ``docker build``. (tests/integration/test_containers.py builds the image
+itself and runs it.)"""
 
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ def test_the_images_install_step_runs_on_exactly_the_files_it_copies(tmp_path: P
     dockerfile = DOCKERFILE.read_text()
     for sources in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
         for source in sources.split():
-            path = REPO_ROOT / source
-            copy = shutil.copytree if path.is_dir() else shutil.copy
-            copy(path, tmp_path / source)
-    (run,) = re.findall(r"^RUN (pip install .+)$", dockerfile, re.M)
-    pip_step, fetch_step = (part.strip() for part in run.split("&&"))
-    assert pip_step == "pip install --no-cache-dir -e ." and fetch_step == "bash infra/fetch_jars.sh"
+            path, target = REPO_ROOT / source, tmp_path / source
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                shutil.copytree(path, target, dirs_exist_ok=True)
+            else:
+                shutil.copy(path, target)
+    runs = re.findall(r"^RUN (.+?)$", dockerfile, re.M)
+    assert "pip install --no-cache-dir -r /tmp/requirements.txt" in dockerfile  # pyproject's pins
+    assert "bash infra/fetch_jars.sh && rm -rf /root/.m2" in runs  # Maven's cache, not the jars
+    assert runs[-1] == "pip install --no-cache-dir --no-deps -e ."
 
     report = tmp_path / "report.json"
     pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]

@@ -21,7 +21,7 @@ import pytest
 from bench.tpch import data
 from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
 from bench.tpch.queries import load_queries
-from tests.integration.fast_checks import multiset_difference
+from tests.support.fast_checks import multiset_difference
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query

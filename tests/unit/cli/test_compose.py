@@ -19,6 +19,8 @@ from workers.cli import build_parser
 from workers.config import CACHE_DIR, REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
+HOST_NETWORK = REPO_ROOT / "infra" / "compose.host-network.yml"  # the container test's override
+DEFAULT_OVERRIDE = REPO_ROOT / "docker-compose.override.yml"  # read by compose when given no -f
 SCHEMA = CACHE_DIR / "compose-spec" / "compose-spec-v2.16.2.json"
 DOCKERFILE = "infra/Dockerfile"
 
@@ -43,8 +45,11 @@ def test_the_compose_file_follows_the_compose_specification(compose: dict[str, A
     if not SCHEMA.exists():
         pytest.skip(f"{SCHEMA} missing: run infra/setup_compose_schema.sh (needs Go)")
     validator = jsonschema_rs.validator_for(json.loads(SCHEMA.read_text()))
-    errors = [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in validator.iter_errors(compose)]
-    assert not errors, errors
+    overrides = [yaml.safe_load(path.read_text()) for path in (HOST_NETWORK, DEFAULT_OVERRIDE)]
+    for document in (compose, *overrides):
+        found = validator.iter_errors(document)
+        errors = [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in found]
+        assert not errors, errors
     # The schema itself rejects what compose rejects (so the check above can fail).
     assert not validator.is_valid({"services": {"x": {"image": "a", "stop_grace_period": ["bad"]}}})
 
@@ -59,6 +64,21 @@ def test_the_fleet_is_all_there(compose: dict[str, Any]) -> None:
     for name in ("coordinator", "coordinator-standby", "worker"):
         assert services[name].get("stop_signal") == "SIGTERM" and "stop_grace_period" in services[name]
         assert "healthcheck" in services[name] and services[name]["healthcheck"].get("disable") is not True
+
+
+def test_the_host_network_override_keeps_every_service_on_loopback(compose: dict[str, Any]) -> None:
+    text = HOST_NETWORK.read_text()
+    services = yaml.safe_load(text)["services"]
+    assert set(services) == set(compose["services"]), "every service is placed"
+    for name, service in services.items():
+        assert service.get("network_mode") in ("host", "none"), f"{name} would be on a bridge"
+    addresses = set(re.findall(r"\b\d{1,3}(?:\.\d{1,3}){3}\b", text))
+    assert addresses == {"127.0.0.1"}, addresses
+    # Each listener its own port, from the environment (the test picks free ones).
+    ports = re.findall(r"127\.0\.0\.1:\$\{(\w+):\?\}", text)
+    assert {"KAFKA_PORT", "CONTROLLER_PORT", "S3_PORT", "API_PORT"} <= set(ports)
+    assert "0.0.0.0" in " ".join(compose["services"]["api"]["command"])  # replaced here by 127.0.0.1
+    assert "127.0.0.1" in services["api"]["command"]
 
 
 def test_every_mvs_command_parses(compose: dict[str, Any]) -> None:
@@ -88,7 +108,10 @@ def _command_port(command: list[str], option: str) -> int | None:
 
 
 def test_health_checks_and_ports_are_the_ports_the_commands_listen_on(compose: dict[str, Any]) -> None:
+    overrides = yaml.safe_load(DEFAULT_OVERRIDE.read_text())["services"]
+    assert overrides["api"]["ports"], "the status page is published"
     for name, service in mvs_services(compose).items():
+        service = {**service, "ports": overrides.get(name, {}).get("ports", [])}
         command = service.get("command") or []
         listening = _command_port(command, "--metrics-port") or _command_port(command, "--port")
         check = " ".join(service.get("healthcheck", {}).get("test", []))
