@@ -7,7 +7,7 @@ Shapes are the ones FAST supports today:
   duplicate rows);
 * aggregate: ``SELECT <keys and aggregates, any order> FROM t [WHERE p] [GROUP BY k1 | k2 | k1, k2]``
   with COUNT(*), COUNT(1), COUNT(col), SUM, AVG, MIN, MAX over NULL-able BIGINT, DECIMAL, DOUBLE (and
-  a STRING for MIN/MAX);
+  a STRING for MIN/MAX), and over expressions of the row (``SUM(d * (1 - d))``, ``SUM(CASE …)``);
 * aggregate with HAVING (``aggregate_having``): the aggregates above, ``HAVING`` over aggregates
   selected or not, thresholds the small domains cross both ways (a group enters and leaves the MV);
 * either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
@@ -106,6 +106,14 @@ AGGREGATES = (
     "MIN(x) AS lo_x",
     "MAX(x) AS hi_x",
     "MAX(k1) AS hi_k1",
+    # Aggregates of expressions (issue 28): computed from each change row as the query computes them.
+    "SUM(v * 2 + k2) AS s_e",
+    "SUM(d * (1 - d)) AS s_dd",
+    "SUM(CASE WHEN k2 = 1 THEN d ELSE 0 END) AS s_case",
+    "AVG(coalesce(x, 0) / 4) AS a_e",
+    "MIN(v - k2) AS lo_e",
+    "MAX(CASE WHEN v > 0 THEN x END) AS hi_e",
+    "COUNT(v + k2) AS n_e",
 )
 
 
@@ -225,6 +233,10 @@ JOIN_AGGREGATES = (
     "MIN(a.v) AS lo_v",
     "MAX(b.x) AS hi_bx",
     "MIN(b.d) AS lo_d",
+    "SUM(a.v * b.k2) AS s_ab",
+    "SUM(b.d * (1 - b.d)) AS s_dd",
+    "AVG(a.x + b.v) AS a_xv",
+    "MIN(CASE WHEN a.k2 = 1 THEN b.v END) AS lo_e",
 )
 
 

@@ -60,7 +60,11 @@ def join_plan(select: exp.Select, first: exp.Table) -> FastRefreshPlan:
         by_qualifier = {t.qualifier: t.table for t in tables}
         references = {column_name(c, qualifiers): c for c in select.find_all(exp.Column)}
         inputs = []
+        arguments = {a.column: a.argument for a in plan.aggregates if a.column and a.argument}
         for name in dict.fromkeys([*plan.group_by, *(a.column for a in plan.aggregates if a.column)]):
+            if name in arguments:  # an expression's value, computed by the inputs' query itself
+                inputs.append(JoinInput(name, arguments[name], "", name))
+                continue
             node = references[name]
             owner = by_qualifier.get(node.table.lower(), "")
             inputs.append(JoinInput(name, node.sql(dialect=DIALECT), owner, node.name.lower()))

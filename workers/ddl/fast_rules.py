@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
-from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
+from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem, derived_column
 
 AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Sum: "SUM",
@@ -128,36 +128,44 @@ def aggregate_item(item: exp.Expression, inner: exp.Expression, qualifiers: froz
     if call is None:
         raise NotEligible(
             f"{item.sql(dialect=DIALECT)} is not supported; select GROUP BY columns and "
-            "SUM, COUNT, AVG, MIN or MAX of a plain column",
+            "SUM, COUNT, AVG, MIN or MAX of a column or expression",
             inner,
         )
-    function, column = call
+    function, column, argument = call
     if not isinstance(item, exp.Alias):
         raise NotEligible(f"aggregate {inner.sql(dialect=DIALECT)} needs an output name (AS <name>)", inner)
-    return AggregateItem(function, column, item.alias.lower(), function in ("MIN", "MAX"))
+    name = item.alias.lower()
+    if argument is not None:  # the job computes the expression into a column of its own
+        column = derived_column(name)
+    return AggregateItem(function, column, name, function in ("MIN", "MAX"), argument)
 
 
-def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None] | None:
-    """(function, column) of SUM/COUNT/AVG/MIN/MAX of a plain column (column None: COUNT(*) or
-    COUNT(1)); None for any other function; NotEligible for another argument."""
+def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None, str | None] | None:
+    """(function, column, argument) of SUM/COUNT/AVG/MIN/MAX of a plain column (column None:
+    COUNT(*) or COUNT(1)), or of a deterministic expression of the row (column None, ``argument``
+    its SQL); None for any other function; NotEligible for another argument."""
     function = AGGREGATES.get(type(inner))
     if function is None:
         return None
     argument = inner.this
-    column: str | None
-    if column_name(argument, qualifiers) is not None:
-        column = column_name(argument, qualifiers)
-    elif function == "COUNT" and (
-        isinstance(argument, exp.Star) or (isinstance(argument, exp.Literal) and not argument.is_string)
-    ):
-        column = None  # COUNT(*) and the COUNT(1) idiom count rows
-    elif isinstance(argument, exp.Distinct):
-        raise NotEligible(f"{function}(DISTINCT ...) is not supported", inner)
-    else:
-        raise NotEligible(f"the argument of {inner.sql(dialect=DIALECT)} must be a plain column", inner)
     if inner.expressions:
         raise NotEligible(f"{inner.sql(dialect=DIALECT)} takes extra arguments; not supported", inner)
-    return function, column
+    if column_name(argument, qualifiers) is not None:
+        return function, column_name(argument, qualifiers), None
+    if function == "COUNT" and (
+        isinstance(argument, exp.Star) or (isinstance(argument, exp.Literal) and not argument.is_string)
+    ):
+        return function, None, None  # COUNT(*) and the COUNT(1) idiom count rows
+    if isinstance(argument, exp.Distinct):
+        raise NotEligible(f"{function}(DISTINCT ...) is not supported", inner)
+    nested = next(iter(argument.find_all(exp.AggFunc, exp.Window, exp.Star)), None)
+    if nested is not None or argument.find(exp.Column) is None:
+        raise NotEligible(
+            f"the argument of {inner.sql(dialect=DIALECT)} must be an expression of the row's columns "
+            "(no aggregate, window or *)",
+            nested or argument,
+        )
+    return function, None, argument.sql(dialect=DIALECT)
 
 
 def column_name(node: exp.Expr, qualifiers: frozenset[str] = frozenset()) -> str | None:
