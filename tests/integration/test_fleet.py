@@ -44,8 +44,8 @@ from tests.integration.fleet import (
 from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
 from workers.config import Settings
+from workers.demo_tables import append, create_table
 from workers.embedded.broker import one_broker_settings
-from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, table_exists

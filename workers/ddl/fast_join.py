@@ -1,5 +1,5 @@
 """Fast-refresh eligibility of a projection or aggregate over an inner equi-join of distinct tables
-(kinds ``join_projection``, ``join_aggregate``; applied by ``workers.jobs.incremental_join``).
+(kinds ``join_projection``, ``join_aggregate``; applied by ``workers.jobs.fast.join``).
 
 Tables join by ``JOIN … ON a.k = b.k [AND …]``, ``USING (k)``, or as ``FROM a, b WHERE a.k = b.k``
 (a comma or CROSS JOIN whose equalities are in WHERE, as TPC-H writes them). Every equality of

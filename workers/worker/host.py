@@ -17,6 +17,10 @@ run is cancelled, its outcome still recorded, and the host never waits for it be
 A dropped task's data goes only once its run has ended (``reap_drained``), so no run writes a table
 after its drop; a task of the same id created meanwhile is *deferred* until then.
 
+Run queue: the executor's bound is the number of tasks this worker owns or drains (each has at
+most one queued run), so a burst of every owned task falling due at once waits in the queue and is
+never turned away; what shows an overload is a run not started before its task is due again.
+
 Threads: maintainers run on the loop thread (``pollers=0``, deterministic) or on poller threads; they
 reach the host only through ``MaintainerEnv`` (outbox, dirty marks), which is thread-safe.
 """
@@ -30,12 +34,12 @@ from collections.abc import Mapping
 
 from workers.kafka.messages import partition_for
 from workers.records import Record
+from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
 from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics, TaskGauges
-from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.topics import topic_spec
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
 from workers.worker.outbox import Outbox
@@ -151,7 +155,12 @@ class TaskHost:
         self.partition_of[task["task_id"]] = partition
         self.mailboxes.register(task["task_id"], maintainer)
         self.mark_dirty(task["task_id"])
+        self._fit_run_queue()
         return maintainer
+
+    def _fit_run_queue(self) -> None:
+        """Room in the executor for one run of every task this worker owns or drains (module doc)."""
+        self.executor.set_queue_size(len(self.owned) + len(self.draining))
 
     def remove(self, task_id: str, *, drop_data: bool) -> None:
         """Stop a task's maintainer for good. Never waits: a cancelled run that has not ended drains,
@@ -176,6 +185,7 @@ class TaskHost:
             if drop_data:
                 self.runner.drop(maintainer.task)
         self._mark_removed(task_id)
+        self._fit_run_queue()
 
     def _stop(self, task_id: str) -> None:
         self.mailboxes.send(task_id, Stop())
@@ -218,6 +228,7 @@ class TaskHost:
             else:
                 self.mailboxes.unregister(task_id)
             self._mark_removed(task_id)
+        self._fit_run_queue()
         return leaving
 
     def reconcile(self, catalog: Mapping[str, Record]) -> None:
@@ -325,6 +336,7 @@ class TaskHost:
                 deferred = self._deferred.pop(task_id, None)
                 if deferred is not None:
                     self.add_task_safely(*deferred)
+                self._fit_run_queue()
 
     def close(self, timeout_s: float) -> None:
         """Await (or give up on) every run; their outcomes go to the outbox, dropped data goes."""

@@ -5,7 +5,7 @@ of it that the task's status carries, and what an executor outcome means for the
 from __future__ import annotations
 
 from workers.catalog.errors import ErrorCode, MvsError
-from workers.jobs.errors import RunCancelled
+from workers.jobs import RunCancelled
 from workers.records import Record
 from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext
