@@ -151,6 +151,24 @@ def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any]
     return {"tableSizeBytes": size, "numFiles": files.num_rows, "metadata": {"schemaString": schema}}
 
 
+def table_columns(settings: Settings, name: str) -> tuple[str, ...] | None:
+    """The column names of table ``name`` at its latest version, from its Delta log (the checksum's
+    schema, else delta-rs's); None when there is no such table or its schema cannot be read."""
+    version = latest_version(settings, name)
+    if version is None:
+        return None
+    schema = ((read_checksum(settings, name, version) or {}).get("metadata") or {}).get("schemaString")
+    if not isinstance(schema, str):
+        try:
+            schema = rs_table(settings, name, version).schema().to_json()
+        except Exception:  # noqa: BLE001 - unreadable by delta-rs (a reader feature it lacks): unknown
+            return None
+    try:
+        return tuple(str(field["name"]) for field in json.loads(schema)["fields"])
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
 def delete_table(settings: Settings, name: str) -> None:
     """Delete table ``name``'s folder (every object under its prefix); no-op for what does not exist.
     (The object store leaves a local table's empty folders behind: a local folder is removed whole.)"""

@@ -7,7 +7,7 @@ Shapes are the ones FAST supports today:
   duplicate rows);
 * aggregate: ``SELECT <keys and aggregates, any order> FROM t [WHERE p] [GROUP BY k1 | k2 | k1, k2]``
   with COUNT(*), COUNT(1), COUNT(col), SUM, AVG, MIN, MAX over NULL-able BIGINT, DECIMAL, DOUBLE (and
-  a STRING for MIN/MAX);
+  a STRING for MIN/MAX), and over expressions of the row (``SUM(d * (1 - d))``, ``SUM(CASE …)``);
 * aggregate with HAVING (``aggregate_having``): the aggregates above, ``HAVING`` over aggregates
   selected or not, thresholds the small domains cross both ways (a group enters and leaves the MV);
 * either over an inner equi-join of two or three bases of the same schema (``{t0} a JOIN {t1} b ON
@@ -22,6 +22,7 @@ Shapes are the ones FAST supports today:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -57,6 +58,9 @@ class Shape:
     kind: str  # the FastRefreshPlan kind: projection | aggregate | aggregate_having | join_…
     template: str
     bases: int = 1
+    # Base i's columns are named with its letter (``a_k1``, ``b_k1``…, ``prefixed_columns``), as
+    # TPC-H names them, so that the query may leave them unqualified.
+    prefixed: bool = False
 
     def sql(self, *bases: str) -> str:
         return self.template.format(t=bases[0], **{f"t{i}": base for i, base in enumerate(bases)})
@@ -102,6 +106,14 @@ AGGREGATES = (
     "MIN(x) AS lo_x",
     "MAX(x) AS hi_x",
     "MAX(k1) AS hi_k1",
+    # Aggregates of expressions (issue 28): computed from each change row as the query computes them.
+    "SUM(v * 2 + k2) AS s_e",
+    "SUM(d * (1 - d)) AS s_dd",
+    "SUM(CASE WHEN k2 = 1 THEN d ELSE 0 END) AS s_case",
+    "AVG(coalesce(x, 0) / 4) AS a_e",
+    "MIN(v - k2) AS lo_e",
+    "MAX(CASE WHEN v > 0 THEN x END) AS hi_e",
+    "COUNT(v + k2) AS n_e",
 )
 
 
@@ -221,6 +233,10 @@ JOIN_AGGREGATES = (
     "MIN(a.v) AS lo_v",
     "MAX(b.x) AS hi_bx",
     "MIN(b.d) AS lo_d",
+    "SUM(a.v * b.k2) AS s_ab",
+    "SUM(b.d * (1 - b.d)) AS s_dd",
+    "AVG(a.x + b.v) AS a_xv",
+    "MIN(CASE WHEN a.k2 = 1 THEN b.v END) AS lo_e",
 )
 
 
@@ -233,23 +249,58 @@ JOIN_HAVINGS = (
 )
 
 
-def _join_query(items: list[str], source: str, where: str | None, group_by: tuple[str, ...] = ()) -> str:
+# The same joins as TPC-H writes them (issue 28): the tables listed in FROM, their equalities in WHERE.
+COMMA_JOINS = {
+    "{t0} a JOIN {t1} b ON a.k1 = b.k1": ("{t0} a, {t1} b", "a.k1 = b.k1"),
+    "{t0} a JOIN {t1} b ON a.k2 = b.k2 AND b.k1 = a.k1": ("{t0}, {t1}", "a.k2 = b.k2 AND b.k1 = a.k1"),
+    "{t0} a INNER JOIN {t1} b USING (k2)": ("{t0} a CROSS JOIN {t1} b", "b.k2 = a.k2"),
+    "{t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2": (
+        "{t0} a, {t1} b, {t2} c",
+        "a.k1 = b.k1 AND b.k2 = c.k2",
+    ),
+    "{t0} a JOIN {t1} b ON a.k2 = b.k2 JOIN {t2} c ON c.k1 = a.k1": (
+        "{t0}, {t1}, {t2}",
+        "c.k1 = a.k1 AND a.k2 = b.k2",
+    ),
+}
+_QUALIFIED = re.compile(r"\b([abc])\.(\w+)")
+
+
+def unqualified(text: str) -> str:
+    """``text`` over the bases with prefixed columns: ``a.k1`` becomes the unqualified ``a_k1``."""
+    return _QUALIFIED.sub(r"\1_\2", text)
+
+
+def prefixed_columns(index: int, columns: list[str]) -> list[str]:
+    """The names base ``index`` gives ``columns`` when its columns are prefixed (``Shape.prefixed``)."""
+    return [f"{'abc'[index]}_{c}" for c in columns]
+
+
+def _join_query(
+    items: list[str], source: str, where: str | None, group_by: tuple[str, ...] = (), *, written: bool = False
+) -> str:
+    """``written``: as TPC-H writes it, a comma join with its equalities in WHERE and every column
+    unqualified (over bases with prefixed columns)."""
+    if written:
+        source, condition = COMMA_JOINS[source]
+        where = condition if where is None else f"{condition} AND ({where})"
     text = f"SELECT {', '.join(items)} FROM {source}"
     if where is not None:
         text += f" WHERE {where}"
     if group_by:
         text += " GROUP BY " + ", ".join(group_by)
-    return text
+    return unqualified(text) if written else text
 
 
-def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
-    """Projections and aggregates (with HAVING or not) over a join of ``bases`` tables."""
+def join_shapes(bases: int, *, written: bool = False) -> st.SearchStrategy[Shape]:
+    """Projections and aggregates (with HAVING or not) over a join of ``bases`` tables; ``written``:
+    as TPC-H writes them (``_join_query``)."""
 
     @st.composite
     def projection(draw: st.DrawFn) -> Shape:
         items = draw(st.lists(st.sampled_from(JOIN_PROJECTED), min_size=1, max_size=4, unique=True))
         source, where = draw(st.sampled_from(JOINS[bases])), draw(st.sampled_from(JOIN_FILTERS))
-        return Shape("join_projection", _join_query(items, source, where), bases)
+        return Shape("join_projection", _join_query(items, source, where, written=written), bases, written)
 
     @st.composite
     def aggregate(draw: st.DrawFn) -> Shape:
@@ -257,14 +308,15 @@ def join_shapes(bases: int) -> st.SearchStrategy[Shape]:
         chosen = draw(st.lists(st.sampled_from(JOIN_AGGREGATES), min_size=1, max_size=4, unique=True))
         items = draw(st.permutations([*(JOIN_KEYS[k] for k in group_by), *chosen]))
         source, where = draw(st.sampled_from(JOINS[bases])), draw(st.sampled_from(JOIN_FILTERS))
-        return Shape("join_aggregate", _join_query(items, source, where, group_by), bases)
+        query = _join_query(items, source, where, group_by, written=written)
+        return Shape("join_aggregate", query, bases, written)
 
     @st.composite
     def having(draw: st.DrawFn) -> Shape:
         shape = draw(aggregate())
-        return Shape(
-            "join_aggregate_having", f"{shape.template} HAVING {draw(st.sampled_from(JOIN_HAVINGS))}", bases
-        )
+        condition = draw(st.sampled_from(JOIN_HAVINGS))
+        condition = unqualified(condition) if written else condition
+        return Shape("join_aggregate_having", f"{shape.template} HAVING {condition}", bases, written)
 
     return st.one_of(projection(), aggregate(), having())
 

@@ -25,9 +25,10 @@ def run_request(
     pinned: Mapping[str, int] | None = None,
 ) -> RunRequest:
     """``bases`` given: the query is not analysed (a query the coordinator would refuse, sent by a
-    producer that skipped it); ``plan`` then defaults to none."""
+    producer that skipped it); ``plan`` then defaults to none. Else analysed as the coordinator does,
+    with the tables' columns from their Delta logs."""
     if bases is None:
-        info = analyze_query(query)
+        info = analyze_query(query, columns_of=lambda table: warehouse.table_columns(settings, table))
         bases, plan = info.base_tables, plan or info.plan
     if pinned is None:
         pinned = {base: _latest(settings, base) for base in bases}

@@ -77,3 +77,13 @@ def test_delete_table_removes_its_folder_and_ignores_a_missing_one(settings: Set
     warehouse.delete_table(settings, "t")
     assert not (Path(settings.warehouse) / "t").exists() and warehouse.latest_version(settings, "t") is None
     warehouse.delete_table(settings, "t")
+
+
+def test_table_columns_come_from_the_checksum_else_from_the_log(settings: Settings, tmp_path: Path) -> None:
+    # The checksum of the latest version has no schema here: delta-rs reads the log's metaData.
+    assert warehouse.table_columns(settings, "t") == ("a",)
+    assert warehouse.table_columns(settings, "missing") is None
+    wider = {"fields": [{"name": "a"}, {"name": "B_col"}]}
+    crc = tmp_path / "wh" / "t" / warehouse.DELTA_LOG / f"{2:020d}.crc"
+    crc.write_text(json.dumps({"metadata": {"schemaString": json.dumps(wider)}}))
+    assert warehouse.table_columns(settings, "t") == ("a", "B_col")

@@ -97,9 +97,22 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
     }
 
 
-def _analyzed(query: str) -> QueryInfo:
+def _analyzed(query: str, ctx: Context) -> QueryInfo:
+    """The query's analysis, a join's unqualified columns resolved against its tables' columns as the
+    Delta logs give them (the only analysis: workers take the plan from the task record)."""
+
+    def columns_of(table: str) -> tuple[str, ...] | None:
+        if name_problem(table, "table") is not None:
+            return None  # refused by name after the analysis
+        try:
+            return ctx.table_columns(table)
+        except OSError as exc:
+            raise MvsError(
+                ErrorCode.STORAGE_UNAVAILABLE, f"cannot read the columns of {table}: {exc}"
+            ) from exc
+
     try:
-        return analyze_query(query)
+        return analyze_query(query, columns_of=columns_of)
     except DdlError as exc:
         raise _invalid(str(exc)) from exc
     except (RecursionError, ValueError, TypeError) as exc:
@@ -111,7 +124,7 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
     """The checked MV spec, with base tables taken from the query itself (a producer's list is not
     trusted): every table it reads is a valid, existing name, neither the MV itself nor an MV
     that (through others) reads it."""
-    info = _analyzed(spec["query"])
+    info = _analyzed(spec["query"], ctx)
     for table in info.base_tables:
         problem = name_problem(table, "table")
         if problem is not None:
@@ -259,7 +272,7 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
     spec = checked_mv_spec(spec)
     if spec["query"] == task["mv"]["query"]:
         # Same query, same analysis; a record from before plans were stored gets one now.
-        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"]).plan)
+        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx).plan)
         return {**spec, "base_tables": list(task["mv"]["base_tables"]), "plan": plan}
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 

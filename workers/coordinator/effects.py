@@ -21,6 +21,8 @@ class Context:
     # The owner rule (workers.catalog.owners): only a task's creator or an admin may change it.
     owner_rule: bool = False
     admin_principals: frozenset[str] = frozenset()
+    # A table's column names from its Delta log (None: unknown); same name rule as ``table_exists``.
+    table_columns: Callable[[str], tuple[str, ...] | None] = lambda _name: None
 
 
 @dataclass

@@ -45,7 +45,7 @@ from workers.role import LoopRole
 from workers.sched.clock import Clock, SystemClock
 from workers.sched.metrics import SchedMetrics, process_metrics
 from workers.topics import topic_spec
-from workers.warehouse import latest_version, read_commit, table_exists
+from workers.warehouse import latest_version, read_commit, table_columns, table_exists
 
 log = logging.getLogger(__name__)
 DdlHandler = Callable[[Record, Mapping[str, Record], Context], Effects]
@@ -64,6 +64,7 @@ class Coordinator(LoopRole):
         bus: Bus | None = None,
         clock: Clock | None = None,
         table_exists_fn: Callable[[str], bool] | None = None,
+        table_columns_fn: Callable[[str], tuple[str, ...] | None] | None = None,
         ddl_handler: DdlHandler | None = None,
         base_commits: BaseCommits | None = None,
         metrics: SchedMetrics | None = None,
@@ -73,6 +74,7 @@ class Coordinator(LoopRole):
         self.clock = clock or SystemClock()
         self.metrics = metrics if metrics is not None else process_metrics()
         self._table_exists = table_exists_fn or (lambda name: table_exists(settings, name))
+        self._table_columns = table_columns_fn or (lambda name: table_columns(settings, name))
         self._handle_ddl = ddl_handler or handle_ddl
         self.tasks: dict[str, Record] = {}
         self.active = False
@@ -166,6 +168,7 @@ class Coordinator(LoopRole):
             now_ms=self.clock.wall_ms(),
             coordinator_epoch=self.coordinator_epoch,
             table_exists=self._table_exists,
+            table_columns=self._table_columns,
             owner_rule=self.settings.owner_rule,
             admin_principals=self.settings.admin_principals,
         )

@@ -16,12 +16,16 @@ These shapes are eligible, over one base table or an inner equi-join of several:
 * UNION ALL of projections of one table each (kind ``union_projection``, ``workers.ddl.fast_union``):
   the query run over the tables' change rows (``workers.jobs.fast.union``).
 
+A join's unqualified columns are resolved against its tables' columns when they are given
+(``workers.ddl.resolve``). ORDER BY is accepted and not stored (a table has no order; read the MV
+with ORDER BY). A refusal names the construct, and ``FastVerdict.position`` says where it is.
+
 Everything else is refused with a reason the user can act on.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import TokenType, exp
@@ -39,8 +43,9 @@ from workers.ddl.fast_rules import (
 )
 from workers.ddl.fast_union import union_plan
 from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
+from workers.ddl.resolve import ColumnsOf, resolved
 
-__all__ = ["AggregateItem", "FastRefreshPlan", "SelectItem", "plan_fast_refresh"]
+__all__ = ["AggregateItem", "FastRefreshPlan", "FastVerdict", "SelectItem", "plan_fast_refresh"]
 
 
 # A refresh that re-evaluates these over the delta would disagree with a complete refresh.
@@ -76,25 +81,41 @@ _NONDETERMINISTIC_NAMES = frozenset(
 )
 
 # Select clauses a fast plan can live with; every other populated clause is refused by name.
-_ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint"})
+_ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint", "order"})
+# Tokens that end a WHERE or FROM … WHERE clause at the query's own depth.
+_CLAUSE_ENDS = (TokenType.GROUP_BY, TokenType.HAVING, TokenType.ORDER_BY, TokenType.SEMICOLON)
+
+
+@dataclass(frozen=True)
+class FastVerdict:
+    """The plan, or None and the ``reason`` (user-facing, completes "fast refresh is not possible:
+    …") with the ``position`` (0-based offset in the query text) of the construct it names, when
+    known; ``needs_columns``: the refusal may go once the tables' columns resolve the join's
+    unqualified columns (the coordinator's analysis, which reads them, decides)."""
+
+    plan: FastRefreshPlan | None
+    reason: str = ""
+    position: int | None = None
+    needs_columns: bool = False
 
 
 def plan_fast_refresh(
-    tree: exp.Query, base_tables: tuple[str, ...], sql: str | None = None
-) -> tuple[FastRefreshPlan | None, str]:
-    """The plan, or None and the reason (user-facing, completes "fast refresh is not possible: …").
+    tree: exp.Query, base_tables: tuple[str, ...], sql: str | None = None, columns_of: ColumnsOf | None = None
+) -> FastVerdict:
+    """The fast-refresh plan of ``tree``, or why there is none.
 
     ``sql`` is the text ``tree`` was parsed from: the plan's ``where`` is then cut from it verbatim.
+    ``columns_of`` gives a base table's columns (to resolve a join's unqualified columns).
     """
     try:
-        plan = _plan(tree, base_tables)
+        plan = _plan(tree, base_tables, columns_of)
     except NotEligible as why:
-        return None, str(why)
+        return FastVerdict(None, str(why), why.position, why.needs_columns)
     if sql is not None and plan.where is not None:
         plan = replace(plan, where=_clause_text(sql, TokenType.WHERE, keyword=False))
     if sql is not None and plan.source is not None:
         plan = replace(plan, source=_clause_text(sql, TokenType.FROM, keyword=True))
-    return plan, ""
+    return FastVerdict(plan)
 
 
 def _clause_text(sql: str, start: TokenType, *, keyword: bool) -> str:
@@ -113,47 +134,61 @@ def _clause_text(sql: str, start: TokenType, *, keyword: bool) -> str:
         elif begin is None:
             if depth == level and token.token_type == start:
                 begin = token.start if keyword else token.end + 1
-        elif depth < level or (
-            depth == level and token.token_type in (TokenType.GROUP_BY, TokenType.HAVING, TokenType.SEMICOLON)
-        ):
+        elif depth < level or (depth == level and token.token_type in _CLAUSE_ENDS):
             end = token.start
             break
     assert begin is not None, f"no {start.name} in an eligible query"
     return sql[begin:end].strip()
 
 
-def _plan(tree: exp.Query, base_tables: tuple[str, ...]) -> FastRefreshPlan:
+def _plan(tree: exp.Query, base_tables: tuple[str, ...], columns_of: ColumnsOf | None) -> FastRefreshPlan:
     select: exp.Expr = tree
     while isinstance(select, exp.Subquery):
         select = select.this
     if isinstance(select, exp.SetOperation):
         return union_plan(select, _branch_plan)
     if not isinstance(select, exp.Select):
-        raise NotEligible("only a plain SELECT is supported")
+        raise NotEligible("only a plain SELECT is supported", select)
     for clause, value in select.args.items():
         if value and clause not in _ALLOWED_CLAUSES:
-            raise NotEligible(CLAUSE_MESSAGES.get(clause, f"{clause.upper()} is not supported"))
+            shown = CLAUSE_MESSAGES.get(clause, f"{clause.upper()} is not supported")
+            raise NotEligible(shown, value if isinstance(value, exp.Expr) else None)
     for node in select.walk():
         if node is not select and isinstance(node, exp.Query | exp.Subquery):
-            raise NotEligible("subqueries are not supported")
+            raise NotEligible("subqueries are not supported", node)
     source = select.args.get("from_")
     table = table_of(source.this if source is not None else None)
-    if select.find(exp.Window) is not None:
-        raise NotEligible("window functions are not supported")
+    window = select.find(exp.Window)
+    if window is not None:
+        raise NotEligible("window functions are not supported", window)
     _check_deterministic(select)
     for item in select.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-            raise NotEligible("SELECT * is not supported; list the output columns")
+            raise NotEligible("SELECT * is not supported; list the output columns", item)
+    unresolved = False
     if select.args.get("joins"):
-        plan = join_plan(select, table)
+        joined = [j.this for j in select.args["joins"] if isinstance(j.this, exp.Table)]
+        resolution = resolved(select, [table, *joined], columns_of)
+        select, unresolved = resolution.select, resolution.unresolved
+        try:
+            plan = join_plan(select, table)
+        except NotEligible as why:
+            why.needs_columns = unresolved and why.unqualified
+            raise
     else:
         if len(base_tables) != 1:
-            raise NotEligible(f"it reads {len(base_tables)} tables; only one base table is supported")
+            raise NotEligible(f"it reads {len(base_tables)} tables; only one base table is supported", select)
         qualifier = table.alias_or_name
         select = _unqualified(select, {qualifier.lower(), table.name.lower()})
         plan = _one_table_plan(select, base_tables[0], qualifier)
     having = select.args.get("having")  # one table: without its qualifier, like the plan's names
-    return plan if having is None else having_plan(having, plan)
+    if having is None:
+        return plan
+    try:
+        return having_plan(having, plan)
+    except NotEligible as why:
+        why.needs_columns = unresolved and why.unqualified
+        raise
 
 
 def _one_table_plan(select: exp.Select, base_table: str, qualifier: str) -> FastRefreshPlan:
@@ -169,7 +204,7 @@ def _one_table_plan(select: exp.Select, base_table: str, qualifier: str) -> Fast
 def _branch_plan(select: exp.Select) -> FastRefreshPlan:
     """The plan of one SELECT of a UNION ALL, as if it were the whole query (over its one table)."""
     source = select.args.get("from_")
-    return _plan(select, (table_of(source.this if source is not None else None).name.lower(),))
+    return _plan(select, (table_of(source.this if source is not None else None).name.lower(),), None)
 
 
 def _unqualified(select: exp.Select, qualifiers: set[str]) -> exp.Select:
@@ -190,4 +225,4 @@ def _check_deterministic(select: exp.Select) -> None:
         name = func.name.lower() if isinstance(func, exp.Anonymous) else ""
         if isinstance(func, _NONDETERMINISTIC_TYPES) or name in _NONDETERMINISTIC_NAMES:
             shown = name.upper() if name else func.sql_names()[0]
-            raise NotEligible(f"non-deterministic function {shown} is not supported")
+            raise NotEligible(f"non-deterministic function {shown} is not supported", func)

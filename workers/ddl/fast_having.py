@@ -37,18 +37,22 @@ def having_plan(having: exp.Having, plan: FastRefreshPlan) -> FastRefreshPlan:
     """``plan`` (an aggregate's, over one table or a join) as the plan of the same query with ``having``."""
     kind = _HAVING_KINDS.get(plan.kind)
     if kind is None:
-        raise NotEligible("HAVING without GROUP BY or an aggregate is not supported; use WHERE")
+        raise NotEligible("HAVING without GROUP BY or an aggregate is not supported; use WHERE", having)
     qualifiers = frozenset(t.qualifier for t in plan.tables)  # a join's columns are ``q.column``
     condition = having.this
     for node in condition.walk():
         if isinstance(node, exp.AggFunc):
             shown = node.sql(dialect=DIALECT)
             if aggregate_call(node, qualifiers) is None:
-                raise NotEligible(f"HAVING {shown} is not supported; {_SUPPORTED}")
+                raise NotEligible(f"HAVING {shown} is not supported; {_SUPPORTED}", node)
         elif isinstance(node, exp.Column) and node.find_ancestor(exp.AggFunc) is None:
             name, shown = column_name(node, qualifiers), node.sql(dialect=DIALECT)
             if name is None or (name not in plan.group_by and name not in {i.name for i in plan.items}):
-                raise NotEligible(f"HAVING column {shown} is neither grouped nor an output; {_SUPPORTED}")
+                raise NotEligible(
+                    f"HAVING column {shown} is neither grouped nor an output; {_SUPPORTED}",
+                    node,
+                    unqualified=not node.table,
+                )
     # A join's change rows need only carry the group keys: the query recomputes every value.
     inputs = tuple(i for i in plan.inputs if i.name in plan.group_by)
     return replace(plan, kind=kind, inputs=inputs)

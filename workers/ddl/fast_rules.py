@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
-from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem
+from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem, derived_column
 
 AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Sum: "SUM",
@@ -28,9 +28,9 @@ CLAUSE_MESSAGES = {
     "distribute": "DISTRIBUTE BY is not supported",
     "sort": "SORT BY is not supported",
     "cluster": "CLUSTER BY is not supported",
-    "order": "ORDER BY is not supported",
-    "limit": "LIMIT is not supported",
-    "offset": "OFFSET is not supported",
+    "limit": "LIMIT (top-N) is not maintained incrementally; drop the LIMIT (and limit when reading the MV) "
+    "or use REFRESH COMPLETE",
+    "offset": "OFFSET is not maintained incrementally; drop it or use REFRESH COMPLETE",
     "pivots": "PIVOT is not supported",
     "sample": "TABLESAMPLE is not supported",
     "version": "time travel (VERSION/TIMESTAMP AS OF) is not supported",
@@ -38,16 +38,34 @@ CLAUSE_MESSAGES = {
 
 
 class NotEligible(Exception):
-    pass
+    """A rule that does not hold; ``node`` is the construct it names (its place in the query text is
+    where an error points, ``position``)."""
+
+    def __init__(self, message: str, node: exp.Expr | None = None, *, unqualified: bool = False) -> None:
+        super().__init__(message)
+        self.node = node
+        # The rule failed on an unqualified column, which the tables' columns might resolve.
+        self.unqualified = unqualified
+        # ... and some were not given: the analysis that has them decides (``FastVerdict``).
+        self.needs_columns = False
+
+    @property
+    def position(self) -> int | None:
+        """The 0-based offset in the query text of the first token of ``node``, when sqlglot kept it."""
+        if self.node is None:
+            return None
+        starts = [n.meta["start"] for n in self.node.walk() if isinstance(n.meta.get("start"), int)]
+        return min(starts) if starts else None
 
 
 def table_of(node: exp.Expr | None) -> exp.Table:
     """``node`` when it is a plain table reference (with an alias at most)."""
     if not isinstance(node, exp.Table):
-        raise NotEligible("the query must read its tables directly in FROM and JOIN")
+        raise NotEligible("the query must read its tables directly in FROM and JOIN", node)
     for clause, value in node.args.items():
         if value and clause not in ("this", "alias"):
-            raise NotEligible(CLAUSE_MESSAGES.get(clause, f"{clause.upper()} on the table is not supported"))
+            shown = CLAUSE_MESSAGES.get(clause, f"{clause.upper()} on the table is not supported")
+            raise NotEligible(shown, value if isinstance(value, exp.Expr) else node)
     return node
 
 
@@ -59,7 +77,7 @@ def projection_item(item: exp.Expression, qualifiers: frozenset[str] = frozenset
     elif column is not None:
         name = inner.name  # Spark names a column, qualified or not, by itself
     else:
-        raise NotEligible(f"expression {item.sql(dialect=DIALECT)} needs an output name (AS <name>)")
+        raise NotEligible(f"expression {item.sql(dialect=DIALECT)} needs an output name (AS <name>)", item)
     return SelectItem(name.lower(), inner.sql(dialect=DIALECT), column)
 
 
@@ -71,11 +89,11 @@ def aggregate_plan(
     group_by: list[str] = []
     if group is not None:
         if any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup", "totals", "all")):
-            raise NotEligible("GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported")
+            raise NotEligible("GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported", group)
         for key in group.expressions:
             key_name = column_name(key, qualifiers)
             if key_name is None:
-                raise NotEligible(f"GROUP BY must list plain columns, found {key.sql(dialect=DIALECT)}")
+                raise NotEligible(f"GROUP BY must list plain columns, found {key.sql(dialect=DIALECT)}", key)
             group_by.append(key_name)
     items: list[SelectItem] = []
     aggregates: list[AggregateItem] = []
@@ -83,7 +101,11 @@ def aggregate_plan(
         inner = item.unalias()
         if isinstance(inner, exp.Column):
             if column_name(inner, qualifiers) not in group_by:
-                raise NotEligible(f"column {inner.sql(dialect=DIALECT)} is neither grouped nor aggregated")
+                raise NotEligible(
+                    f"column {inner.sql(dialect=DIALECT)} is neither grouped nor aggregated",
+                    inner,
+                    unqualified=not inner.table,
+                )
             items.append(projection_item(item, qualifiers))
             continue
         aggregate = aggregate_item(item, inner, qualifiers)
@@ -92,7 +114,9 @@ def aggregate_plan(
     selected = {i.column for i in items if i.column is not None}
     for key_name in group_by:
         if key_name not in selected:
-            raise NotEligible(f"GROUP BY column {key_name} must also be selected")
+            raise NotEligible(
+                f"GROUP BY column {key_name} must also be selected", group, unqualified="." not in key_name
+            )
     check_unique(items)
     return FastRefreshPlan(
         "aggregate", base_table, tuple(group_by), tuple(items), tuple(aggregates), where_sql
@@ -104,35 +128,44 @@ def aggregate_item(item: exp.Expression, inner: exp.Expression, qualifiers: froz
     if call is None:
         raise NotEligible(
             f"{item.sql(dialect=DIALECT)} is not supported; select GROUP BY columns and "
-            "SUM, COUNT, AVG, MIN or MAX of a plain column"
+            "SUM, COUNT, AVG, MIN or MAX of a column or expression",
+            inner,
         )
-    function, column = call
+    function, column, argument = call
     if not isinstance(item, exp.Alias):
-        raise NotEligible(f"aggregate {inner.sql(dialect=DIALECT)} needs an output name (AS <name>)")
-    return AggregateItem(function, column, item.alias.lower(), function in ("MIN", "MAX"))
+        raise NotEligible(f"aggregate {inner.sql(dialect=DIALECT)} needs an output name (AS <name>)", inner)
+    name = item.alias.lower()
+    if argument is not None:  # the job computes the expression into a column of its own
+        column = derived_column(name)
+    return AggregateItem(function, column, name, function in ("MIN", "MAX"), argument)
 
 
-def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None] | None:
-    """(function, column) of SUM/COUNT/AVG/MIN/MAX of a plain column (column None: COUNT(*) or
-    COUNT(1)); None for any other function; NotEligible for another argument."""
+def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None, str | None] | None:
+    """(function, column, argument) of SUM/COUNT/AVG/MIN/MAX of a plain column (column None:
+    COUNT(*) or COUNT(1)), or of a deterministic expression of the row (column None, ``argument``
+    its SQL); None for any other function; NotEligible for another argument."""
     function = AGGREGATES.get(type(inner))
     if function is None:
         return None
     argument = inner.this
-    column: str | None
+    if inner.expressions:
+        raise NotEligible(f"{inner.sql(dialect=DIALECT)} takes extra arguments; not supported", inner)
     if column_name(argument, qualifiers) is not None:
-        column = column_name(argument, qualifiers)
-    elif function == "COUNT" and (
+        return function, column_name(argument, qualifiers), None
+    if function == "COUNT" and (
         isinstance(argument, exp.Star) or (isinstance(argument, exp.Literal) and not argument.is_string)
     ):
-        column = None  # COUNT(*) and the COUNT(1) idiom count rows
-    elif isinstance(argument, exp.Distinct):
-        raise NotEligible(f"{function}(DISTINCT ...) is not supported")
-    else:
-        raise NotEligible(f"the argument of {inner.sql(dialect=DIALECT)} must be a plain column")
-    if inner.expressions:
-        raise NotEligible(f"{inner.sql(dialect=DIALECT)} takes extra arguments; not supported")
-    return function, column
+        return function, None, None  # COUNT(*) and the COUNT(1) idiom count rows
+    if isinstance(argument, exp.Distinct):
+        raise NotEligible(f"{function}(DISTINCT ...) is not supported", inner)
+    nested = next(iter(argument.find_all(exp.AggFunc, exp.Window, exp.Star)), None)
+    if nested is not None or argument.find(exp.Column) is None:
+        raise NotEligible(
+            f"the argument of {inner.sql(dialect=DIALECT)} must be an expression of the row's columns "
+            "(no aggregate, window or *)",
+            nested or argument,
+        )
+    return function, None, argument.sql(dialect=DIALECT)
 
 
 def column_name(node: exp.Expr, qualifiers: frozenset[str] = frozenset()) -> str | None:

@@ -30,11 +30,11 @@ def union_plan(
         try:
             plan = branch_plan(select if number == 1 else _named(select))
         except NotEligible as why:
-            raise NotEligible(f"UNION ALL branch {number}: {why}") from why
+            raise NotEligible(f"UNION ALL branch {number}: {why}", why.node) from why
         if plan.kind != "projection":
             shown = plan.kind.replace("_", " ")
             raise NotEligible(
-                f"UNION ALL branch {number} is not a projection of one table ({shown}); {_BRANCH}"
+                f"UNION ALL branch {number} is not a projection of one table ({shown}); {_BRANCH}", select
             )
         if plans and len(plan.items) != len(plans[0].items):
             raise NotEligible(
@@ -58,9 +58,11 @@ def _branches(node: exp.Expr) -> list[exp.Select]:
         return _branches(node.this)
     if isinstance(node, exp.Union):
         if node.args.get("distinct"):
-            raise NotEligible("UNION (without ALL) is not supported; use UNION ALL, which keeps duplicates")
+            raise NotEligible(
+                "UNION (without ALL) is not supported; use UNION ALL, which keeps duplicates", node
+            )
         for clause, value in node.args.items():
-            if value and clause not in ("this", "expression", "distinct"):
+            if value and clause not in ("this", "expression", "distinct", "order"):  # ORDER BY: not stored
                 raise NotEligible(
                     CLAUSE_MESSAGES.get(clause, f"{clause.upper()} on a UNION is not supported")
                 )

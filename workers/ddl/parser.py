@@ -232,11 +232,13 @@ class _Parser:
         query, info, query_pos = self.query(as_token.end)
         if name in info.base_tables:
             raise self.error(f"materialized view {name} cannot read from itself", query_pos)
-        if mode == "FAST" and info.fast_refresh is None:
+        # Without the tables' columns (the coordinator reads them) a join's unqualified columns stay
+        # unresolved here: the coordinator decides then.
+        if mode == "FAST" and info.fast_refresh is None and not info.fast_needs_columns:
             raise self.error(
                 f"REFRESH FAST is not possible for this query: {info.fast_reason}; "
                 "use REFRESH COMPLETE or REFRESH FORCE",
-                query_pos,
+                query_pos + (info.fast_position or 0),
             )
         return _mv_change("CREATE_MV", name, query, list(info.base_tables), mode, trigger, freshness)
 

@@ -45,12 +45,21 @@ class SelectItem:
 
 @dataclass(frozen=True)
 class AggregateItem:
-    """An aggregate output column; ``column`` is None for COUNT(*)."""
+    """An aggregate output column; ``column`` is None for COUNT(*). An aggregate of an expression
+    (``SUM(price * (1 - discount))``) has its SQL in ``argument``, and ``column`` names the column the
+    job derives from it (``derived_column``) beside the rows it aggregates."""
 
     function: str  # SUM | COUNT | AVG | MIN | MAX
     column: str | None
     name: str
     needs_recompute_on_delete: bool
+    argument: str | None = None
+
+
+def derived_column(output: str) -> str:
+    """The name of the column an aggregate's expression argument is computed into (the job's helper
+    prefix: it never reaches the MV), by the aggregate's output name (unique in the query)."""
+    return f"__mvs_arg_{output}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ def plan_record(plan: QueryPlan) -> dict[str, Any]:
                     "column": a.column,
                     "name": a.name,
                     "needs_recompute_on_delete": a.needs_recompute_on_delete,
+                    "argument": a.argument,
                 }
                 for a in fast.aggregates
             ],
@@ -201,4 +211,6 @@ def plan_from_record(record: Mapping[str, Any]) -> QueryPlan:
 
 def _aggregate(record: Mapping[str, Any]) -> AggregateItem:
     recompute = bool(record.get("needs_recompute_on_delete"))
-    return AggregateItem(record["function"], record.get("column"), record["name"], recompute)
+    return AggregateItem(
+        record["function"], record.get("column"), record["name"], recompute, record.get("argument")
+    )

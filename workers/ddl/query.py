@@ -23,6 +23,7 @@ from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
 from workers.ddl.output_names import check_output_names
 from workers.ddl.plan import QueryPlan
+from workers.ddl.resolve import ColumnsOf
 
 # The coordinator analyses every query on its one loop thread, and sqlglot's time grows with the
 # text (~1 s at 110 KB on a small machine): a bound keeps any one DDL far below the group's
@@ -83,13 +84,17 @@ class QueryInfo:
     """What the DDL layer knows about an MV query.
 
     ``fast_refresh`` is None when the query cannot be refreshed incrementally; ``fast_reason`` then says
-    why, in words meant for the user (it is "" when a plan exists).
+    why, in words meant for the user (it is "" when a plan exists), ``fast_position`` where in the
+    query the construct it names starts (when known), and ``fast_needs_columns`` that the base
+    tables' columns (not given to this analysis) could still make it eligible.
     """
 
     base_tables: tuple[str, ...]
     normalized_sql: str
     fast_refresh: FastRefreshPlan | None
     fast_reason: str
+    fast_position: int | None = None
+    fast_needs_columns: bool = False
 
     @property
     def plan(self) -> QueryPlan:
@@ -97,12 +102,17 @@ class QueryInfo:
         return QueryPlan(self.fast_refresh, self.fast_reason)
 
 
-def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> QueryInfo:
+def analyze_query(
+    sql: str, extra_functions: Iterable[str] | None = None, columns_of: ColumnsOf | None = None
+) -> QueryInfo:
     """Validate ``sql`` as one read-only SELECT that uses only allowed constructs and functions
     (``workers.ddl.constructs``) and describe it; raises ``InvalidQueryError``.
 
     ``extra_functions`` extends the function allow-list; None means the operator's
     ``MVS_ALLOWED_FUNCTIONS`` from the environment (so every caller honours it unchanged).
+    ``columns_of`` gives a base table's columns (the coordinator reads them from the Delta log), so
+    that the fast-refresh plan resolves a join's unqualified columns as Spark does; called only
+    with names the query reads that passed the naming rules.
     """
     extra = allowed_functions_from_env() if extra_functions is None else tuple(extra_functions)
     try:
@@ -111,12 +121,17 @@ def analyze_query(sql: str, extra_functions: Iterable[str] | None = None) -> Que
         check_constructs(tree, extra)
         check_output_names(tree)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
-        plan, reason = plan_fast_refresh(tree, base_tables, sql)
+        verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
         normalized = tree.sql(dialect=DIALECT)
     except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
         raise _too_deep() from error
     return QueryInfo(
-        base_tables=base_tables, normalized_sql=normalized, fast_refresh=plan, fast_reason=reason
+        base_tables=base_tables,
+        normalized_sql=normalized,
+        fast_refresh=verdict.plan,
+        fast_reason=verdict.reason,
+        fast_position=verdict.position,
+        fast_needs_columns=verdict.needs_columns,
     )
 
 

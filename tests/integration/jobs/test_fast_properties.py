@@ -13,6 +13,9 @@ The same over inner equi-joins of two or three bases (projections and aggregates
 {t1} b ON a.k1 = b.k1 …``): random change streams on every base, both sides changing between two
 refreshes, many-to-many keys, NULL keys that must never match, purges of any base's log.
 
+The same over joins as TPC-H writes them: unqualified columns (resolved against the bases' columns
+read from their Delta logs), comma joins with their equalities in WHERE, ORDER BY.
+
 The same for GROUP BY … HAVING (``aggregate_having``; over a two-table join ``join_aggregate_having``):
 groups cross the HAVING threshold both ways between refreshes (they enter and leave the MV), HAVING over
 aggregates that are not selected.
@@ -150,14 +153,15 @@ EVERY_SHAPE = [
     Shape(
         "aggregate",
         "SELECT SUM(x) AS s_x, k2, COUNT(*) AS n, AVG(d) AS a_d, MIN(v) AS lo_v, MAX(x) AS hi_x, k1, "
-        "SUM(d) AS s_d, COUNT(v) AS n_v, SUM(v) AS s_v, AVG(x) AS a_x, MAX(k1) AS hi_k1 "
+        "SUM(d) AS s_d, COUNT(v) AS n_v, SUM(v) AS s_v, AVG(x) AS a_x, MAX(k1) AS hi_k1, "
+        "SUM(s.d * (1 - d)) AS s_dd, COUNT(v + k2) AS n_e, AVG(CASE WHEN k2 = 1 THEN v END) AS a_case "
         "FROM {t} s WHERE s.d IS NOT NULL OR s.v > 0 GROUP BY k1, k2",
     ),
     # No COUNT(*): nothing visible says a group vanished.
     Shape(
         "aggregate",
-        "SELECT k1, SUM(v) AS s_v, MAX(v) AS hi_v, AVG(v) AS a_v, MIN(d) AS lo_d, MIN(x) AS lo_x "
-        "FROM {t} GROUP BY k1",
+        "SELECT k1, SUM(v) AS s_v, MAX(v) AS hi_v, AVG(v) AS a_v, MIN(d) AS lo_d, MIN(x) AS lo_x, "
+        "SUM(v * 2 + k2) AS s_e, MAX(CASE WHEN v > 0 THEN x END) AS hi_e FROM {t} GROUP BY k1",
     ),
     Shape("projection", "SELECT k1, v * 2 AS v2, d, x / 4 AS x4 FROM {t}"),  # no id: duplicate rows
 ]
@@ -251,15 +255,41 @@ JOINED_SHAPES = [
 ]
 
 
+# The joins as TPC-H writes them (issue 28): columns unqualified (each base names its own, ``a_k1``,
+# ``b_k1``…, resolved against the bases' columns from their Delta logs), tables listed in FROM with
+# their equalities in WHERE, or joined ON unqualified columns; ORDER BY (not stored).
+WRITTEN_SHAPES = [
+    Shape(
+        "join_aggregate",
+        "SELECT b_k2, COUNT(*) AS n, SUM(a_v) AS s_v, AVG(b_v) AS a_bv, MIN(a_v) AS lo_v, SUM(a_x) AS s_x, "
+        "MAX(c_d) AS hi_cd, SUM(c_d * (1 - a_v)) AS rev, "
+        "SUM(CASE WHEN b_k1 = 'a' THEN a_v ELSE 0 END) AS s_a "
+        "FROM {t0}, {t1}, {t2} WHERE a_k1 = b_k1 AND b_k2 = c_k2 AND a_v IS NOT NULL "
+        "GROUP BY b_k2 ORDER BY n DESC",
+        3,
+        prefixed=True,
+    ),
+    Shape(
+        "join_projection",
+        "SELECT a_id, b_v, c_x + a_x AS xx FROM {t0} JOIN {t1} ON a_k1 = b_k1 JOIN {t2} ON c_k2 = b_k2 "
+        "ORDER BY a_id",
+        3,
+        prefixed=True,
+    ),
+]
+
+
 @settings(
     max_examples=JOIN_EXAMPLES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(case=(JOINED_SHAPES, JOINED))
+@example(case=(WRITTEN_SHAPES, JOINED))
 @given(
-    case=st.sampled_from([2, 3]).flatmap(
-        lambda bases: st.tuples(
-            st.lists(join_shapes(bases), min_size=1, max_size=MAX_JOIN_MVS), streams(MAX_JOIN_ROUNDS, bases)
+    case=st.tuples(st.sampled_from([2, 3]), st.booleans()).flatmap(
+        lambda drawn: st.tuples(
+            st.lists(join_shapes(drawn[0], written=drawn[1]), min_size=1, max_size=MAX_JOIN_MVS),
+            streams(MAX_JOIN_ROUNDS, drawn[0]),
         )
     )
 )

@@ -103,7 +103,10 @@ def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
             "column, COUNT(*), GROUP BY columns and output names",
         ),
         ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING count(DISTINCT v) > 1", "COUNT(DISTINCT ...)"),
-        ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING sum(v * 2) > 1", "argument of SUM(v * 2) must be"),
+        (
+            "SELECT k, count(*) AS n FROM t GROUP BY k HAVING sum(avg(v)) > 1",
+            "argument of SUM(AVG(v)) must be",
+        ),
         ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING v > 1", "HAVING column v is neither grouped"),
         ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING rand() > 0.5", "non-deterministic function RAND"),
         ("SELECT k, count(*) AS n FROM t GROUP BY k HAVING n > (SELECT 1)", "subqueries are not supported"),
@@ -117,16 +120,12 @@ def test_a_having_plan_is_no_plan_for_a_worker_that_does_not_know_it() -> None:
             "HAVING STDDEV(u.v) is not supported; HAVING may use SUM",
         ),
         (
-            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING sum(u.v + t.v) > 1",
-            "argument of SUM(u.v + t.v) must be a plain column",
+            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING sum(max(u.v)) > 1",
+            "the argument of SUM(MAX(u.v)) must be an expression of the row's columns",
         ),
         (
             "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING u.v > 1",
             "HAVING column u.v is neither grouped nor an output",
-        ),
-        (
-            "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING max(x.v) > 1",
-            "the argument of MAX(x.v) must be a plain column",  # x is no table of the join
         ),
         (
             "SELECT t.k, count(*) AS n FROM t JOIN u ON t.k = u.k GROUP BY t.k HAVING n > rand()",
@@ -183,8 +182,7 @@ def test_union_all_plan_lists_every_base_once_and_the_first_branchs_columns() ->
             "UNION ALL branch 2: non-deterministic function RAND",
         ),
         ("SELECT a FROM t UNION ALL SELECT a FROM (SELECT a FROM u) s", "branch 2: the query must read its"),
-        ("SELECT a FROM t UNION ALL SELECT a FROM u ORDER BY a", "ORDER BY is not supported"),
-        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT is not supported"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT (top-N) is not maintained"),
         ("WITH x AS (SELECT a FROM t) SELECT a FROM x UNION ALL SELECT a FROM u", "WITH clauses (CTEs)"),
     ],
 )

@@ -57,6 +57,17 @@ class Tracked:
         return f"{_P}{what}{self.index}"
 
 
+def with_arguments(scope: Scope, plan: FastRefreshPlan, rows: DataFrame) -> DataFrame:
+    """``rows`` with the column each aggregate of an expression reads (``AggregateItem.argument``),
+    computed from the row as the query computes it (the guard checks the expression first, like the
+    WHERE); a join's rows have them already, from its inputs' query."""
+    for a in plan.aggregates:
+        if a.argument is not None and a.column is not None and a.column not in rows.columns:
+            scope.check_expression(a.argument)
+            rows = rows.withColumn(a.column, F.expr(a.argument))
+    return rows
+
+
 def layout_of(plan: FastRefreshPlan, mv_schema: StructType) -> tuple[list[tuple[str, str]], list[Agg]]:
     """(base key column, MV column) for every selected key column, and the aggregates, by position."""
     keys: list[tuple[str, str]] = []

@@ -44,6 +44,7 @@ from workers.jobs.fast.aggregate.deltas import (
     state_columns,
     state_write,
     tracked_columns,
+    with_arguments,
 )
 from workers.jobs.fast.aggregate.rules import Inputs, exact_type, one_pass_merge, rules
 from workers.jobs.fast.aggregate.state import StateStore, layout_id
@@ -113,6 +114,7 @@ def aggregate_merge(
     # Change rows the WHERE drops still count as change rows (the run reports them) but touch nothing.
     # The user's own WHERE text, as Spark reads it (checked by the guard like the whole query); the
     # change rows are aliased by the name the query reads the table by, so qualified columns resolve.
+    changes = with_arguments(scope, plan, changes)  # before the alias, which a new column would drop
     if plan.where:
         scope.check_expression(plan.where)
         changes = changes.alias(plan.qualifier or plan.base_table)
@@ -163,7 +165,7 @@ def aggregate_merge(
                 note = f", state kept in {state.table}"
             else:  # rebuilt at the pinned version: the changed groups' new state is read from it
                 assert base_at_v is not None, "state is kept for one-base MVs only"
-                rebuilt = rebuilt_state(scope, plan, tracked, base_at_v, keyed)
+                rebuilt = rebuilt_state(scope, plan, tracked, with_arguments(scope, plan, base_at_v), keyed)
                 at_v = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
                 joined = joined.join(at_v, null_safe("d", "st", skeys), "left")
                 new = state_columns(tracked, "st", None)
