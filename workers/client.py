@@ -32,10 +32,12 @@ from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
 from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, latest_by_key, read_to_end
 from workers.records import Record
+from workers.task_view import with_newest_runs
 from workers.topics import TopicConfigError, ddl_topic
 
 T = TypeVar("T")
 RECENT_HEARTBEATS = 2000  # enough to hold every live worker's newest heartbeat
+RECENT_RUNS = 2000  # per partition: runs the catalog may not have heard of yet are among the newest
 _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
 )
@@ -137,7 +139,8 @@ def task_id_of(name: str) -> str:
 
 @dataclass(frozen=True)
 class StatusSnapshot:
-    """What ``mvs status`` and ``GET /mvs`` show: the catalog, the live roles (role name → the
+    """What ``mvs status`` and ``GET /mvs`` show: the catalog (brought up to the newest run records:
+    ``workers.task_view``), the live roles (role name → the
     partitions it holds), each worker's last loop error, the newest Delta version of every base
     table an MV reads (None: no table or unreadable), and what could not be read (``notes``)."""
 
@@ -264,6 +267,19 @@ class MvsClient:
         messages = self._read("catalog", Deadline(timeout_s))
         return {key: m.value for key, m in latest_by_key(messages).items() if m.value is not None}
 
+    def shown_tasks(
+        self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S
+    ) -> tuple[dict[str, Record], str | None]:
+        """The catalog as the views show it: brought up to the newest run records
+        (``workers.task_view``), and a note when the runs could not be read (then it is the catalog)."""
+        deadline = Deadline(timeout_s)
+        tasks = self.tasks(timeout_s=deadline.remaining())
+        try:  # read after the catalog: a run it has not heard of yet is among these
+            recent = self._read("runs", Deadline(deadline.remaining()), last=RECENT_RUNS)
+        except MvsClientError as exc:
+            return tasks, f"runs: {exc}"
+        return with_newest_runs(tasks, [m.value for m in recent if m.value is not None]), None
+
     def loop_errors(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> dict[str, str | None]:
         """Worker id → the last error its loop survived (None: none), from each worker's newest
         heartbeat among the recent ones (workers heartbeat at least every few seconds)."""
@@ -319,9 +335,9 @@ class MvsClient:
         from workers.warehouse import latest_version
 
         deadline = Deadline(timeout_s)
-        tasks = self.tasks(timeout_s=deadline.remaining())
+        tasks, runs_note = self.shown_tasks(timeout_s=deadline.remaining())
+        notes: list[str] = [runs_note] if runs_note else []
         checked = self.connect(Deadline(deadline.remaining()))
-        notes: list[str] = []
         owners: list[dict[str, list[int]]] = []
         for role in ("coordinator", "workers"):
             try:

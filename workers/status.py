@@ -37,12 +37,12 @@ def _table_versions(versions: dict[str, int]) -> str:
 
 
 def _has_lag(task: Record) -> bool:
-    return task["kind"] == "MV" and task.get("mv") is not None and task["state"] != "FAILED"
+    return task["kind"] == "MV" and task.get("mv") is not None and task["state"] not in ("FAILED", "DROPPING")
 
 
 def behind_versions(task: Record, latest_version: Callable[[str], int | None]) -> int | None:
-    """How many base-table versions the MV is behind; None for an MV log or a failed MV, and when
-    a base table's version is unknown."""
+    """How many base-table versions the MV is behind; None for an MV log, a failed or dropping MV,
+    and when a base table's version is unknown."""
     if not _has_lag(task):
         return None
     behind = 0

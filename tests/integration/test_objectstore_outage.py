@@ -25,6 +25,7 @@ from tests.integration.fleet import assert_applied_once, refresh_commits, step, 
 from tests.integration.objectstore import object_store_settings
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, rows
+from tests.integration.state_watch import assert_never_failed, assert_warning_while_failing, trace, watch
 from tests.integration.two_mvs import MVS, create_two_mvs, wait_until_current
 from workers.client import MvsClient
 from workers.embedded.broker import free_port, one_broker_settings
@@ -69,17 +70,22 @@ def test_the_fleet_rides_out_an_object_store_outage(
         down_ms = int(time.time() * 1000)
         store.kill()
         step("store outage: object store killed (kill -9)")
-        failed = wait_until(
-            lambda: [
-                r for r in client.history("mv:by_region") if r["state"] == "ERROR" and r["ended_at"] > down_ms
-            ],
-            timeout_s=60,
-            what="a refresh failing while the store is away",
+        polls = watch(
+            client,
+            ["mv:by_region"],
+            since_ms=down_ms,
+            until=lambda: time.monotonic() - down_at >= OUTAGE_S,
+            timeout_s=OUTAGE_S + 30,
         )
+        step(f"store outage: states at every poll:\n{trace(polls)}")
+        # From the first failed attempt on, every poll reads WARNING (retrying), none FAILED.
+        assert_warning_while_failing(polls, "mv:by_region")
+        assert_never_failed(polls)
+        failed = [
+            r for r in client.history("mv:by_region") if r["state"] == "ERROR" and r["ended_at"] > down_ms
+        ]
         assert failed[0]["error"]["retryable"], failed[0]
         step(f"store outage: a refresh failed as expected: {failed[0]['error']['message'][:160]}")
-        wait_until(lambda: time.monotonic() - down_at >= OUTAGE_S, timeout_s=OUTAGE_S + 5, what="the outage")
-        assert client.tasks()["mv:by_region"]["state"] == "WARNING", "retrying, not given up"
         store.start()
         back_at = time.monotonic()
         step(f"store outage: store back after {back_at - down_at:.1f}s")

@@ -117,7 +117,7 @@ def test_status_notes_what_it_may_not_read_under_the_tables(
             raise BusError(f"not authorized to describe group {group}", code="GROUP_AUTHORIZATION_FAILED")
         return {"c1": [0]}
 
-    monkeypatch.setattr(MvsClient, "tasks", lambda *a, **k: {})
+    monkeypatch.setattr(MvsClient, "shown_tasks", lambda *a, **k: ({}, None))
     monkeypatch.setattr(MvsClient, "connect", connect)
     monkeypatch.setattr(admin, "group_owners", owners)
     assert cli.main(["status"]) == 0

@@ -231,13 +231,22 @@ class Coordinator(LoopRole):
         self._check_liveness()
         self._check_freshness()
         # Catalog-only updates (checkpoints, last runs) are batched; commands — an epoch raised for a
-        # new owner, a restart — go out at once: a moved task waits for them (failover latency).
+        # new owner, a restart — go out at once: a moved task waits for them (failover latency); so
+        # does a task's new state (WARNING while its runs fail, a drop done): `mvs status` shows it.
         commands = self._pending.manager or self._pending.maintainer
         due = self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s
-        if self._pending and (commands or due):
+        if self._pending and (commands or due or self._state_changes()):
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()
+
+    def _state_changes(self) -> bool:
+        """Whether a pending catalog update changes a task's state or removes a task."""
+        for task_id, task in self._pending.catalog.items():
+            before = self.tasks.get(task_id)
+            if task is None or before is None or task["state"] != before["state"]:
+                return True
+        return False
 
     def _on_heartbeat(self, message: Message) -> None:
         heartbeat = message.value
@@ -269,7 +278,8 @@ class Coordinator(LoopRole):
             self._restarts[task_id] = self._restarts.get(task_id, 0) + 1
             self._restarted_at[task_id] = self.clock.wall_ms()
             assert task is not None
-            log.warning("%s: %s (epoch %d)", task_id, task["error"]["message"], task["epoch"])
+            why = task["error"]["message"] if task["error"] else f"owner went silent; {task['state']}"
+            log.warning("%s: %s (epoch %d)", task_id, why, task["epoch"])
         for worker in silent:
             del self._last_seen[worker]
         if effects:

@@ -59,6 +59,9 @@ class MaintainerEnv:
     send_to_self: Callable[[str, Any], bool]  # mailbox of a maintainer, by task id
     publish: Callable[[str, str, Record], None]  # (logical topic, key, record) into the outbox
     status_changed: Callable[[str], None]
+    # The task's state changed (WARNING at a first failed run, NORMAL again, FAILED): heartbeat at once,
+    # not at the next period, so the catalog says so as soon as the run's record does.
+    report_now: Callable[[], None] = lambda: None
     run_timeout_s: float = 600.0
     retry: RetryPolicy = REFRESH_RETRY
     metrics: SchedMetrics | None = None
@@ -269,7 +272,7 @@ class Maintainer:
             self.attempt = 0
             self.error = None
             if self.state is TaskState.WARNING:
-                self.task = {**self.task, "state": TaskState.NORMAL.value}
+                self._set_state(TaskState.NORMAL)
             self._record_run(
                 run,
                 result.state,
@@ -294,8 +297,7 @@ class Maintainer:
         self.error = error.record(now_ms)
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
-        new_state = TaskState.WARNING if retry else TaskState.FAILED
-        self.task = {**self.task, "state": new_state.value}
+        self._set_state(TaskState.WARNING if retry else TaskState.FAILED)
         self._record_run(run, "ERROR", started_ms=started_ms, error=self.error)
         if retry:
             delay = self.env.retry.delay(self.attempt, rng=self.env.rng)
@@ -303,6 +305,11 @@ class Maintainer:
         else:
             self.pending_trigger = None
             self.env.due.remove(self.task_id)
+
+    def _set_state(self, state: TaskState) -> None:
+        if state is not self.state:
+            self.task = {**self.task, "state": state.value}
+            self.env.report_now()
 
     def _record_run(
         self,
@@ -367,7 +374,7 @@ class Maintainer:
         self.error = MvsError(ErrorCode.INVALID_CONFIG, f"cannot schedule: {why}").record(
             self.env.clock.wall_ms()
         )
-        self.task = {**self.task, "state": TaskState.FAILED.value}
+        self._set_state(TaskState.FAILED)
         self.pending_trigger = None
         self.env.due.remove(self.task_id)
         self.env.status_changed(self.task_id)
