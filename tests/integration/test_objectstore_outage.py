@@ -72,7 +72,7 @@ def test_the_fleet_rides_out_an_object_store_outage(
         step("store outage: object store killed (kill -9)")
         polls = watch(
             client,
-            ["mv:by_region"],
+            ["mv:by_region", "mv:big"],
             since_ms=down_ms,
             until=lambda: time.monotonic() - down_at >= OUTAGE_S,
             timeout_s=OUTAGE_S + 30,
@@ -80,6 +80,7 @@ def test_the_fleet_rides_out_an_object_store_outage(
         step(f"store outage: states at every poll:\n{trace(polls)}")
         # From the first failed attempt on, every poll reads WARNING (retrying), none FAILED.
         assert_warning_while_failing(polls, "mv:by_region")
+        assert_warning_while_failing(polls, "mv:big")
         assert_never_failed(polls)
         failed = [
             r for r in client.history("mv:by_region") if r["state"] == "ERROR" and r["ended_at"] > down_ms

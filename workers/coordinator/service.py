@@ -39,6 +39,7 @@ from workers.coordinator.handlers import (
     recovered_tasks,
     restart_silent_tasks,
 )
+from workers.coordinator.health import HealthReporter, is_coordinator_heartbeat
 from workers.freshness import BaseCommits, WarehouseCommits
 from workers.kafka.typed import BusError, Message
 from workers.role import LoopRole
@@ -96,6 +97,7 @@ class Coordinator(LoopRole):
         )
         self._last_freshness_check = float("-inf")
         self.metrics.track_freshness(self._freshness.gauges)
+        self._health = HealthReporter(settings.worker_id, self.bus, self.clock)
 
     def loop_metrics(self) -> SchedMetrics:
         return self.metrics
@@ -171,6 +173,10 @@ class Coordinator(LoopRole):
         )
 
     def step(self, timeout_s: float = 0.2) -> None:
+        loop_error = self.last_error.summary() if self.last_error is not None else None
+        self._health.report(
+            active=self.active, coordinator_epoch=self.coordinator_epoch, loop_error=loop_error
+        )
         try:
             self._step(timeout_s)
         except BusError as exc:
@@ -251,6 +257,8 @@ class Coordinator(LoopRole):
     def _on_heartbeat(self, message: Message) -> None:
         heartbeat = message.value
         assert heartbeat is not None
+        if is_coordinator_heartbeat(heartbeat):
+            return  # a coordinator's own health (this one's, a standby's): for `mvs status` only
         try:
             self._last_seen[heartbeat["worker_id"]] = self.clock.monotonic()
             self._note_recoveries(heartbeat)
@@ -415,5 +423,6 @@ class Coordinator(LoopRole):
         self.metrics.track_freshness(None)
         self._ddl.close()
         self._heartbeats.close()
+        self._health.close()
         if self._producer is not None:
             self._producer.close(timeout_s=5.0)
