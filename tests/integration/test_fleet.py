@@ -43,12 +43,14 @@ from tests.integration.fleet import (
 )
 from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
+from workers.client import StatusSnapshot
 from workers.config import Settings
 from workers.embedded.broker import one_broker_settings
 from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
-from workers.status import status_table
+from workers.status import members_table, status_table
+from workers.views import status_json
 from workers.warehouse import latest_version, table_exists
 
 pytestmark = pytest.mark.integration
@@ -437,6 +439,46 @@ def test_sigterm_hands_off_without_a_failed_run(h: Harness) -> None:
         what="catalog: the new owner",
     )
     assert task["state"] == "NORMAL" and task["epoch"] == done["epoch"]
+
+
+# -- the coordinator's health (issue 32) -----------------------------------------------------------
+def test_status_shows_the_coordinators_health_and_ddl_not_applied_yet(h: Harness) -> None:
+    coordinator = next(r for r in h.fleet.roles if r.kind == "coordinator" and r.alive)
+
+    def reported() -> StatusSnapshot | None:
+        snapshot = h.client.status_snapshot()
+        active = snapshot.coordinators.get(coordinator.name) == [0]
+        return snapshot if active and coordinator.name in snapshot.loop_errors else None
+
+    snapshot = wait_until(reported, timeout_s=60, what=f"{coordinator.name}'s own heartbeat")
+    assert snapshot.ddl_lag == 0, "every DDL applied"
+    (row,) = [r for r in status_json(snapshot, "fleet")["roles"] if r["name"] == coordinator.name]
+    assert (row["role"], row["state"], row["ddl_lag"]) == ("coordinator", "active", 0)
+    own = [
+        m.value
+        for m in read_to_end(h.settings, "coordinator")
+        if m.key == coordinator.name and m.value is not None
+    ]
+    assert own and own[-1]["coordinator_active"] is True and own[-1]["statuses"] == []
+
+    name = f"lagging{uuid.uuid4().hex[:6]}"
+    coordinator.freeze()  # a coordinator that applies nothing: the DDL published meanwhile waits
+    try:
+        h.client.execute(
+            f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS {BY_REGION}", wait=False
+        )
+        behind = wait_until(
+            lambda: (s := h.client.status_snapshot()).ddl_lag == 1 and s,
+            timeout_s=30,
+            what="a DDL not applied",
+        )
+        table = members_table(behind.coordinators, behind.workers, behind.tasks, behind.loop_errors, 1)
+        assert "DDL LAG" in table.splitlines()[0]
+    finally:
+        coordinator.thaw()
+    wait_until(lambda: h.client.status_snapshot().ddl_lag == 0, timeout_s=120, what="the DDL applied")
+    h.wait_run(f"mv:{name}", states={"COMPLETED"})
+    h.ok(f"DROP MATERIALIZED VIEW {name}")
 
 
 # -- a drop outlives its worker (issue 32) ---------------------------------------------------------
