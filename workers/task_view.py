@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from workers.catalog.lifecycle import TaskState
-from workers.records import Record
-from workers.worker.run_records import run_summary
+from workers.records import Record, run_summary
 
 _ENDED = frozenset({"COMPLETED", "SKIPPED", "ERROR", "CANCELED"})
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
 from workers.catalog.specs import ON_CHANGE
-from workers.records import Record
+from workers.records import Record, run_summary
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
 from workers.sched.executor import BoundedExecutor, CancelToken, RunOutcome, SubmitStatus
@@ -32,7 +32,7 @@ from workers.sched.triggers import MIN_RUN_SPACING_S, data_lag_s
 from workers.worker.decision import Decision, unchanged
 from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
 from workers.worker.request import with_plan
-from workers.worker.run_records import run_failure, run_record, run_summary, was_cancelled
+from workers.worker.run_records import run_failure, run_record, was_cancelled
 from workers.worker.runner import Runner, RunResult
 from workers.worker.schedule import MANUAL, SCHEDULE, more_urgent, next_due, run_priority, trigger_kind
 
