@@ -231,6 +231,11 @@ class Maintainer:
         at the versions this epoch's last run left the MV at: no Spark job, no run submitted."""
         if self.watermark_epoch != self.task["epoch"] or not self.watermark:
             return None  # restored or superseded: the run reads what the MV table reflects
+        if self.attempt:
+            # Retrying a failed run: the storage may be away, and this look runs on the loop thread
+            # (a dead object store holds it ~6 s, heartbeats and commands with it). The run decides
+            # on its own thread instead, and says SKIPPED there if nothing changed.
+            return None
         try:
             versions = self.env.runner.base_versions(self.task["mv"]["base_tables"])
         except MvsError:
