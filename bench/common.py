@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
+from workers.jobs import with_plan
 from workers.status import table
-from workers.worker.request import with_plan
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -269,8 +269,8 @@ def _broker(root: Path) -> tuple[str, Callable[[], None]]:
 
 def _create_base_tables(cells: list[Cell]) -> None:
     """The MVs' base table, in each cell's warehouse, from this process's (short-lived) Spark."""
-    from workers.jobs.session import get_spark, stop_spark
-    from workers.jobs.tables import create_table
+    from workers.demo_tables import create_table
+    from workers.jobs import get_spark, stop_spark
 
     spark = get_spark(cells[0].settings)
     rows = [{"id": i, "v": i % 7} for i in range(100)]

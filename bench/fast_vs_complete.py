@@ -10,7 +10,7 @@ once, timed, with its Spark jobs and the rows its stages read (``workers.jobs.ru
 base size every FAST MV must hold exactly its twin's rows.
 
 Then N MVs on one base (``--fanout`` MVs, at the largest base and 0.1 % changes): the change rows are
-read once and shared (``workers.jobs.changes``) vs read by each MV (the sharing turned off).
+read once and shared (``workers.jobs.changes.reads``) vs read by each MV (the sharing turned off).
 
     .venv/bin/python -m bench.fast_vs_complete [--rows 1000000,10000000] [--changes 1,0.0001,0.001,0.01]
         [--shapes aggregate,projection,join] [--rounds 3] [--complete-rounds 1] [--fanout 4] [--profile]
@@ -29,10 +29,9 @@ from typing import Any
 
 from bench.common import mv_task, percentile, print_table
 from workers.config import Settings
-from workers.jobs import changes
-from workers.jobs.mvlog import create_mv_log
+from workers.jobs import create_mv_log, get_spark
+from workers.jobs.changes import reads as changes
 from workers.jobs.run_stats import RunStats, group_stats, step_profile
-from workers.jobs.session import get_spark
 from workers.warehouse import table_path
 from workers.worker.runner import SparkRunner
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from bench.common import WORKER_ID, mv_task, percentile, report
 from workers.config import Settings
-from workers.jobs.session import get_spark
-from workers.jobs.tables import append, create_table
+from workers.demo_tables import append, create_table
+from workers.jobs import get_spark
 from workers.worker.manager import Manager
 
 GOAL_MS = 50.0

@@ -39,10 +39,9 @@ from tests.integration.cluster import wait_until
 from tests.integration.processes import Fleet, Role
 from workers.catalog.store import restore_catalog
 from workers.ddl.parser import parse_statement
+from workers.demo_tables import append, create_table, read_table
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
-from workers.jobs.errors import is_write_conflict
-from workers.jobs.session import get_spark
-from workers.jobs.tables import append, create_table, read_table
+from workers.jobs import get_spark, is_write_conflict
 from workers.kafka.typed import BusError, TypedProducer, read_to_end
 from workers.records import Record
 from workers.warehouse import latest_version, table_path

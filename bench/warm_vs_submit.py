@@ -25,8 +25,8 @@ import pyspark
 
 from bench.common import mv_task, percentile, report
 from workers.config import REPO_ROOT, Settings
-from workers.jobs.session import delta_jars, get_spark
-from workers.jobs.tables import append, create_table
+from workers.demo_tables import append, create_table
+from workers.jobs.spark.session import delta_jars, get_spark
 from workers.worker.runner import RunResult, SparkRunner
 
 GOAL_SPEEDUP = 10.0

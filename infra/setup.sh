@@ -16,8 +16,8 @@ if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
   touch "$stamp"
 fi
 bash infra/fetch_jars.sh >/dev/null
-# The Spark driver JVM's class archive (workers.jobs.class_archive): every worker starts faster.
-.venv/bin/python -m workers.jobs.class_archive
+# The Spark driver JVM's class archive (infra/make_class_archive.py): every worker starts faster.
+.venv/bin/python infra/make_class_archive.py
 bash infra/setup_registry.sh >/dev/null
 bash infra/setup_compose_schema.sh >/dev/null
 bash infra/setup_browser.sh

@@ -155,8 +155,8 @@ def run_demo(
         if status_page:
             print(f"status page: http://127.0.0.1:{settings.api_port}/", flush=True)
         _say("creating the base tables `sales` and `regions` (Delta) with Spark")
-        from workers.jobs.session import get_spark
-        from workers.jobs.tables import append, create_table, read_table
+        from workers.demo_tables import append, create_table, read_table
+        from workers.jobs import get_spark
 
         spark = get_spark(settings)
         rng = random.Random(7)
@@ -236,7 +236,7 @@ def run_demo(
                 process.wait(60)
             except subprocess.TimeoutExpired:
                 process.kill()
-        from workers.jobs.session import stop_spark
+        from workers.jobs import stop_spark
 
         stop_spark()
         if schema_registry is not None:

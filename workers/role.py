@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workers.kafka.errors import BusError
+from workers.retry import LOOP_ERROR_RETRY, RetryPolicy
 from workers.sched.clock import SystemClock
 from workers.sched.metrics import SchedMetrics, process_metrics
-from workers.sched.retry import LOOP_ERROR_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ def mlog_table_name(base: str) -> str:
 
 def state_table_name(mv: str) -> str:
     """The helper state of aggregate MV ``mv`` (per-group counts and exact sums, never shown to its
-    readers; ``workers.jobs.aggregate_state``) is the Delta table ``<mv>__mvstate``."""
+    readers; ``workers.jobs.fast.aggregate.state``) is the Delta table ``<mv>__mvstate``."""
     return check_table_name(f"{check_table_name(mv)}{MVSTATE_SUFFIX}")
 
 
@@ -137,7 +137,7 @@ def read_checksum(settings: Settings, name: str, version: int) -> dict[str, Any]
 def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any] | None:
     """``read_checksum``, else the same figures (``tableSizeBytes``, ``numFiles``,
     ``metadata.schemaString``) read from the log by delta-rs, which writes no checksum of its own
-    commits (``workers.jobs.rs_commit``); None when neither can tell."""
+    commits (``workers.jobs.delta.rs_commit``); None when neither can tell."""
     found = read_checksum(settings, name, version)
     if found is not None:
         return found

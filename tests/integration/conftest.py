@@ -23,7 +23,7 @@ from workers.config import Settings
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from workers.jobs.session import get_spark, stop_spark
+    from workers.jobs.spark.session import get_spark, stop_spark
 
     # This driver lives for the whole run and plans thousands of queries: there the C2 compiler pays
     # back its threads (measured: two FAST property tests 155 s with C1 only, 125 s with C2), unlike
@@ -44,7 +44,7 @@ def local_settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def sales(spark: Any, settings: Settings) -> None:
     """The ``sales`` base table (12 rows) in the test's warehouse."""
-    from workers.jobs.tables import create_table
+    from workers.demo_tables import create_table
 
     create_table(spark, settings, "sales", rows(0, 12), SCHEMA)
 

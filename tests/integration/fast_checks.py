@@ -19,9 +19,13 @@ from typing import Any
 from tests.integration.fast_shapes import SCHEMA, Shape
 from tests.integration.fast_streams import BaseModel, Commit, Insert, On, Op, Purge
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import deltalog, incremental, mvlog, refresh, tables
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.delta import log as deltalog
+from workers.jobs.fast import refresh as incremental
 
 REL_TOL = 1e-9
 # Near zero a relative bound means nothing (0.1 + 0.2 - 0.3 != 0): an absolute one as small.

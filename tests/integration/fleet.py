@@ -11,8 +11,8 @@ from tests.integration.cluster import wait_until
 from tests.integration.processes import Fleet, Role, Tail
 from workers.client import MvsClient
 from workers.config import Settings
-from workers.jobs.metadata import decode_user_metadata
-from workers.jobs.tables import delta_history, read_table
+from workers.demo_tables import delta_history, read_table
+from workers.jobs.delta.metadata import decode_user_metadata
 from workers.kafka.admin import group_owners
 from workers.kafka.messages import partition_for
 from workers.kafka.typed import read_to_end

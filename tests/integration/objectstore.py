@@ -47,7 +47,7 @@ def settings_on_warehouse(settings: Settings, request: pytest.FixtureRequest) ->
     if getattr(request, "param", "local") != "s3":
         yield settings
         return
-    from workers.jobs.session import get_spark
+    from workers.jobs.spark.session import get_spark
 
     store: EmbeddedObjectStore = request.getfixturevalue("object_store")
     caplog: pytest.LogCaptureFixture = request.getfixturevalue("caplog")

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import QueryPlan, analyze_query
-from workers.worker.request import RunRequest
+from workers.jobs.request import RunRequest
 
 
 def run_request(

@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.integration.cluster import Cluster
 from workers.config import Settings
-from workers.jobs.tables import read_table
+from workers.demo_tables import read_table
 from workers.warehouse import latest_version
 
 SCHEMA = "id BIGINT, region STRING, amount BIGINT"

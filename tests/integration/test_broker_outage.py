@@ -29,8 +29,8 @@ from tests.integration.sales import SCHEMA, rows
 from tests.integration.state_watch import assert_never_failed, trace, watch
 from tests.integration.two_mvs import MVS, create_two_mvs, mv_current
 from workers.client import MvsClient
+from workers.demo_tables import append, create_table
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
-from workers.jobs.tables import append, create_table
 from workers.worker.runner import SPARK_READY
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,5 @@
-"""Change rows for a refresh (``workers.jobs.changes``) on real Spark + Delta: read from the MV log where
+"""Change rows for a refresh (``workers.jobs.changes.reads``) on real Spark + Delta:
+read from the MV log where
 captured and from the base's change data feed after that, once for every MV on the base."""
 
 from __future__ import annotations
@@ -8,11 +9,15 @@ from typing import Any
 
 import pytest
 
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import changes, held, mvlog, rs_changes, tables
+from workers.jobs.changes import mvlog
+from workers.jobs.changes import reads as changes
+from workers.jobs.changes import rs_reads as rs_changes
 from workers.jobs.run_stats import group_stats
-from workers.jobs.session import run_session
+from workers.jobs.spark import held
+from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration
 

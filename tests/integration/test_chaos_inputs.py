@@ -25,8 +25,8 @@ from tests.integration.processes import Fleet
 from tests.integration.sales import BY_REGION, SCHEMA, mv_rows, query_rows, rows
 from workers.codec import get_codec
 from workers.config import Settings
+from workers.demo_tables import create_table, read_table
 from workers.embedded.broker import one_broker_settings
-from workers.jobs.tables import create_table, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
 
 pytestmark = pytest.mark.integration

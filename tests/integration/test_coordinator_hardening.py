@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows
-from workers.jobs.tables import create_table, read_table
+from workers.demo_tables import create_table, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.records import Record
 from workers.warehouse import latest_version

@@ -11,10 +11,16 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import held, incremental, incremental_join, mvlog, refresh, run_stats, tables
-from workers.jobs.incremental_apply import COMPUTE_STEP
+from workers.jobs import complete as refresh
+from workers.jobs import run_stats
+from workers.jobs.changes import mvlog
+from workers.jobs.fast import join as incremental_join
+from workers.jobs.fast import refresh as incremental
+from workers.jobs.fast.apply import COMPUTE_STEP
+from workers.jobs.spark import held
 
 pytestmark = pytest.mark.integration
 

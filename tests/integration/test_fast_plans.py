@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import held as held_frames
-from workers.jobs import incremental, incremental_apply, mvlog, refresh, rs_arrow, tables
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.delta import arrow as rs_arrow
+from workers.jobs.fast import apply as incremental_apply
+from workers.jobs.fast import refresh as incremental
+from workers.jobs.spark import held as held_frames
 
 pytestmark = pytest.mark.integration
 

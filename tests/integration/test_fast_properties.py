@@ -57,7 +57,7 @@ from tests.integration.fast_streams import (
     streams,
 )
 from workers.config import Settings
-from workers.jobs import incremental_apply
+from workers.jobs.fast import apply as incremental_apply
 
 pytestmark = pytest.mark.integration
 

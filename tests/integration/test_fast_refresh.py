@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows, rows
-from workers.jobs.tables import append
+from workers.demo_tables import append
 
 BIG = "SELECT id, region, amount FROM sales WHERE amount > 15"
 # A window function has no incremental plan: FORCE refreshes it completely and says why.

@@ -1,4 +1,4 @@
-"""Helper state of aggregate MVs (``workers.jobs.aggregate_state``), on real Spark + Delta: AVG, SUM of
+"""Helper state of aggregate MVs (``workers.jobs.fast.aggregate.state``), on real Spark + Delta: AVG, SUM of
 doubles and decimals, COUNT(col) and groups that vanish (no COUNT(*)) are refreshed from the state,
 never re-reading the base ("0 recomputed"); float cancellation stays exact; a crash between the state
 commit and the MV commit, a COMPLETE refresh in between, or DROP never leaves a wrong MV or a stale
@@ -13,14 +13,18 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.catalog.names import mv_name_problem
 from workers.config import Settings
-from workers.jobs import incremental, mvlog, refresh, rs_commit, tables
-from workers.jobs.aggregate_state import StateStore
-from workers.jobs.incremental_aggregate import aggregate_merge
-from workers.jobs.incremental_apply import Scope
-from workers.jobs.metadata import txn_version
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.delta import rs_commit
+from workers.jobs.delta.metadata import txn_version
+from workers.jobs.fast import refresh as incremental
+from workers.jobs.fast.aggregate.merge import aggregate_merge
+from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.apply import Scope
 
 pytestmark = pytest.mark.integration
 
@@ -208,10 +212,7 @@ def test_a_crash_between_the_state_and_the_mv_commit_rebuilds_the_state(
         )
         assert change.state is not None
         watermark = {"sales": until}
-        txn = str(txn_version(1, watermark))
-        store.commit(
-            change.state, task_id=request.task_id, epoch=1, run_id="crashed", watermark=watermark, txn=txn
-        )
+        store.commit(change.state, request, watermark, txn_version(1, watermark))
     finally:
         scope.close()
     assert refresh.read_watermark(spark, s, "mv_s") == mv_tag  # the MV did not move

@@ -45,8 +45,8 @@ from tests.integration.processes import Fleet
 from workers.cli import main as cli_main
 from workers.client import StatusSnapshot
 from workers.config import Settings
+from workers.demo_tables import append, create_table
 from workers.embedded.broker import one_broker_settings
-from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.status import members_table, status_table

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, rows
-from workers.jobs.tables import append
+from workers.demo_tables import append
 from workers.kafka.reader import read_to_end
 from workers.records import Record
 from workers.warehouse import latest_version, read_commit

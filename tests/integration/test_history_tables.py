@@ -20,7 +20,7 @@ from workers import warehouse
 from workers.bus import BusConsumer, KafkaBus
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
 from workers.config import Settings
-from workers.jobs.tables import create_table
+from workers.demo_tables import create_table
 from workers.worker.history_rows import FINAL_RUN_STATES
 from workers.worker.history_sink import HistorySink
 

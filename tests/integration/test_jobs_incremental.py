@@ -11,13 +11,19 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query, plan_record
-from workers.jobs import changes, incremental, incremental_aggregate, mvlog, refresh, tables
-from workers.jobs import incremental_apply as apply
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.changes import reads as changes
+from workers.jobs.delta.metadata import EPOCH_SHIFT, txn_version
 from workers.jobs.errors import ChangesNotRetained
-from workers.jobs.metadata import EPOCH_SHIFT, txn_version
+from workers.jobs.fast import apply
+from workers.jobs.fast import refresh as incremental
+from workers.jobs.fast.aggregate import merge as incremental_aggregate
+from workers.jobs.fast.commit import RunCommit
 from workers.worker.decision import decide
 from workers.worker.runner import RunResult, SparkRunner
 
@@ -265,7 +271,7 @@ def test_stale_epoch_incremental_commit_is_skipped(spark: Any, local_settings: S
     # (epoch 2) still read epoch 1's watermark, computes its MERGE, and Delta skips the commit.
     mv_version = warehouse.latest_version(s, "mv_s")
     assert mv_version is not None
-    incremental._fence(spark, s, run_request(s, "mv_s", sums, epoch=3, run="new-owner"), 2)
+    RunCommit(spark, s, run_request(s, "mv_s", sums, epoch=3, run="new-owner")).fence(2)
     fence = tables.delta_history(spark, s, "mv_s")[0]
     assert (
         fence["txn"] == [{"appId": "mv:mv_s", "version": 3 * EPOCH_SHIFT}]

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import mvlog, tables
+from workers.jobs.changes import mvlog
 from workers.jobs.errors import ChangesNotRetained, TableNotFound
 
 pytestmark = pytest.mark.integration

@@ -13,13 +13,14 @@ import pytest
 
 from tests.integration.cluster import wait_until
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
 from workers.ddl import QueryPlan, plan_record
-from workers.jobs import refresh, tables
+from workers.jobs import complete as refresh
+from workers.jobs.delta.metadata import decode_user_metadata, txn_version
 from workers.jobs.errors import RunCancelled
-from workers.jobs.metadata import decode_user_metadata, txn_version
 from workers.worker.runner import SparkRunner
 
 pytestmark = pytest.mark.integration

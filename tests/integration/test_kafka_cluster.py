@@ -25,8 +25,8 @@ from tests.integration.cluster import Cluster, wait_until
 from tests.integration.fleet import assert_applied_once, refresh_commits, step, unended_runs
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.config import Settings
+from workers.demo_tables import append, create_table
 from workers.embedded.kafka_cluster import KafkaCluster
-from workers.jobs.tables import append, create_table
 from workers.kafka.admin import describe, partition_leader, under_replicated
 from workers.kafka.typed import read_to_end
 from workers.warehouse import latest_version

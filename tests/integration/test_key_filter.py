@@ -1,4 +1,4 @@
-"""Key filters (``workers.jobs.key_filter``) keep every row a key can match (real Spark), and a FAST
+"""Key filters (``workers.jobs.delta.key_filter``) keep every row a key can match (real Spark), and a FAST
 projection's MERGE after a delete rewrites only the MV file that held the deleted row (real Delta)."""
 
 from __future__ import annotations
@@ -12,9 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import incremental, key_filter, merge_commit, mvlog, refresh, rs_commit, run_stats, tables
+from workers.jobs import complete as refresh
+from workers.jobs import run_stats
+from workers.jobs.changes import mvlog
+from workers.jobs.delta import key_filter, rs_commit
+from workers.jobs.delta import write as delta_write
+from workers.jobs.fast import refresh as incremental
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +88,7 @@ def test_a_projection_merge_rewrites_only_the_file_of_the_deleted_row(
         monkeypatch.setattr(rs_commit, "usable", lambda *_: False)
     large = "large files" in writer
     if large:
-        monkeypatch.setattr(merge_commit, "DELETION_VECTOR_FILE_BYTES", 1)
+        monkeypatch.setattr(delta_write, "DELETION_VECTOR_FILE_BYTES", 1)
     if "past the rewrite limit" in writer:
         monkeypatch.setattr(rs_commit, "REWRITE_LIMIT_BYTES", 0)
     s = local_settings

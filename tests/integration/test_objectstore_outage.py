@@ -28,9 +28,9 @@ from tests.integration.sales import SCHEMA, rows
 from tests.integration.state_watch import assert_never_failed, assert_warning_while_failing, trace, watch
 from tests.integration.two_mvs import MVS, create_two_mvs, wait_until_current
 from workers.client import MvsClient
+from workers.demo_tables import append, create_table
 from workers.embedded.broker import free_port, one_broker_settings
 from workers.embedded.objectstore import EmbeddedObjectStore
-from workers.jobs.tables import append, create_table
 from workers.worker.runner import SPARK_READY
 
 pytestmark = pytest.mark.integration
@@ -51,7 +51,7 @@ def store(tmp_path: Path) -> Iterator[EmbeddedObjectStore]:
 def test_the_fleet_rides_out_an_object_store_outage(
     kafka_bootstrap: str, store: EmbeddedObjectStore, spark: Any, tmp_path: Path
 ) -> None:
-    from workers.jobs.session import get_spark
+    from workers.jobs.spark.session import get_spark
 
     settings = object_store_settings(
         store, one_broker_settings(kafka_bootstrap, "s3out", tmp_path), OUTAGE_BUCKET

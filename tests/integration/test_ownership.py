@@ -11,7 +11,7 @@ import pytest
 from tests.integration.cluster import Cluster, wait_until
 from workers.cli import main as cli_main
 from workers.config import Settings
-from workers.jobs.tables import create_table
+from workers.demo_tables import create_table
 from workers.kafka.typed import partition_for
 from workers.topics import topic_spec
 from workers.worker.manager import Manager

@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.allowlist import BUILTIN_FUNCTIONS
 from workers.ddl.query import analyze_query
-from workers.jobs import mvlog, refresh, tables
-from workers.jobs.guard import QueryRefused
-from workers.jobs.incremental import fast_refresh_blocker, refresh_incremental
-from workers.jobs.session import run_session
+from workers.jobs import complete as refresh
+from workers.jobs.changes import mvlog
+from workers.jobs.fast.refresh import fast_refresh_blocker, refresh_incremental
+from workers.jobs.spark.guard import QueryRefused
+from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from tests.integration.cluster import Cluster, wait_until
 from tests.integration.processes import role_env
 from tests.integration.sales import BY_REGION, rows
 from workers.config import REPO_ROOT, Settings
+from workers.demo_tables import append
 from workers.embedded.broker import free_port
-from workers.jobs.tables import append
 from workers.warehouse import latest_version
 
 

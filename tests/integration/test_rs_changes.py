@@ -1,6 +1,7 @@
-"""Change rows read by delta-rs (``workers.jobs.rs_changes``) on tables Spark wrote (real Spark, Delta and
-delta-rs): exactly the rows, columns and types of Spark's own change-data-feed read, for every kind of
-commit a base sees; refused (Spark reads) where delta-rs's feed could differ or the rows are too many."""
+"""Change rows read by delta-rs (``workers.jobs.changes.rs_reads``) on tables Spark wrote
+(real Spark, Delta and delta-rs): exactly the rows, columns and types of Spark's own change-data-feed
+read, for every kind of commit a base sees; refused (Spark reads) where delta-rs's feed could differ or
+the rows are too many."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pyspark.sql import functions as F
 
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import mvlog, rs_arrow, rs_changes
+from workers.jobs.changes import mvlog
+from workers.jobs.changes import rs_reads as rs_changes
+from workers.jobs.delta import arrow as rs_arrow
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""MERGEs committed by delta-rs (``workers.jobs.rs_commit``) into MV tables Spark made and reads (real
+"""MERGEs committed by delta-rs (``workers.jobs.delta.rs_commit``) into MV tables Spark made and reads (real
 Spark, real Delta, real delta-rs): fenced as Spark's idempotent writes are, never rebased over another
 commit, deletion vectors honoured, the watermark committed even when nothing changes, and Spark
 merging where delta-rs may not write."""
@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from tests.integration.run_requests import run_request
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import refresh, rs_commit, tables
+from workers.jobs import complete as refresh
+from workers.jobs.delta import rs_commit
+from workers.jobs.delta.metadata import CommitId
 from workers.jobs.errors import classify_failure
 
 pytestmark = pytest.mark.integration
@@ -37,9 +40,7 @@ def _merge(
 ) -> bool | None:
     at = warehouse.latest_version(s, "mv") if version is None else version
     assert at is not None
-    return rs_commit.merge(
-        s, "mv", at, UPSERT, _source(spark, rows), app_id="mv:mv", txn_version=txn, metadata="m"
-    )
+    return rs_commit.merge(s, "mv", at, UPSERT, _source(spark, rows), CommitId("mv:mv", txn, "m"))
 
 
 def _rows(spark: Any, s: Settings) -> dict[int, tuple[Any, ...]]:

@@ -16,7 +16,7 @@ from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, rows
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs.tables import create_table
+from workers.demo_tables import create_table
 from workers.worker.runner import RunFailure, SparkRunner, _storage_errors
 
 

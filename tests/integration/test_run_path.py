@@ -15,9 +15,9 @@ from workers.codec import get_codec
 from workers.config import Settings
 from workers.coordinator.handlers import Context, handle_ddl
 from workers.ddl import parse_statement
-from workers.jobs.mvlog import create_mv_log
-from workers.jobs.tables import append, create_table
-from workers.worker.request import with_plan
+from workers.demo_tables import append, create_table
+from workers.jobs.changes.mvlog import create_mv_log
+from workers.jobs.request import with_plan
 from workers.worker.runner import SparkRunner
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
-from workers.jobs import session, tables
+from workers.jobs.spark import session
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from tests.integration.cluster import Cluster, wait_until
 from workers import warehouse
 from workers.cli import main
 from workers.config import Settings
-from workers.jobs.tables import create_table
+from workers.demo_tables import create_table
 from workers.records import Record
 from workers.sched.metrics import serve_metrics
 

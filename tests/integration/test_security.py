@@ -90,7 +90,7 @@ def _start_secure_broker(tmp_path_factory: pytest.TempPathFactory, attempts: int
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Secured]:
-    from workers.jobs.tables import create_table
+    from workers.demo_tables import create_table
 
     broker = _start_secure_broker(tmp_path_factory)
     base = Settings(

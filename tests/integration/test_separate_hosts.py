@@ -20,8 +20,8 @@ from tests.integration.cluster import wait_until
 from tests.integration.fleet import Harness, assert_applied_once, refresh_commits, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
+from workers.demo_tables import append, create_table
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
-from workers.jobs.tables import append, create_table
 from workers.kafka.admin import group_owners
 from workers.warehouse import latest_version
 

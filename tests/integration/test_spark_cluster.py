@@ -28,8 +28,8 @@ from tests.integration.fleet import Harness, step
 from tests.integration.processes import Fleet
 from tests.integration.sales import SCHEMA, mv_rows, query_rows, rows
 from workers.config import Settings
+from workers.demo_tables import append, create_table
 from workers.embedded.spark_cluster import SparkStandalone
-from workers.jobs.tables import append, create_table
 from workers.warehouse import latest_version, table_path
 
 pytestmark = pytest.mark.integration

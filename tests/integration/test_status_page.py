@@ -18,8 +18,8 @@ from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, rows
 from tests.integration.test_rest_api import api_server
 from workers.config import REPO_ROOT, Settings
+from workers.demo_tables import append
 from workers.embedded.broker import free_port
-from workers.jobs.tables import append
 from workers.warehouse import latest_version, mlog_table_name, table_exists
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -8,7 +8,7 @@ import pytest
 
 from tests.integration.cluster import Cluster, wait_until
 from tests.integration.sales import BY_REGION, caught_up, mv_rows, query_rows, rows
-from workers.jobs.tables import append, read_table
+from workers.demo_tables import append, read_table
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.warehouse import latest_version, mlog_table_name, table_exists
 

@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from workers.coordinator.handlers import Context, maintainer_command, new_task
 from workers.jobs.errors import RunCancelled
 from workers.records import Record
+from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import ManualClock
 from workers.sched.executor import BoundedExecutor
 from workers.sched.metrics import SchedMetrics
-from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.worker.host import TaskHost
 from workers.worker.maintainer import Command, Maintainer
 from workers.worker.runner import RunResult

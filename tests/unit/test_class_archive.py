@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.jobs import class_archive
+from workers.jobs.spark import class_archive
 
 
 def test_the_archive_is_named_by_its_jar_set_and_used_only_if_present(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workers import cli
+from workers.cli import command_line as cli
 from workers.client import BrokerUnavailable, MvsClient, StatementError
 from workers.config import Settings
 from workers.kafka.errors import BusError

@@ -8,9 +8,9 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from workers.kafka.errors import BusError
+from workers.retry import LOOP_ERROR_RETRY
 from workers.role import EXIT_FENCED, EXIT_MISCONFIGURED, EXIT_OK, MISCONFIG_PERSIST_S, LoopRole
 from workers.sched.metrics import SchedMetrics
-from workers.sched.retry import LOOP_ERROR_RETRY
 
 
 class ScriptedRole(LoopRole):

@@ -20,7 +20,7 @@ from tests.unit.maintainer_harness import (
 )
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import TaskState
-from workers.sched.retry import REFRESH_RETRY, RetryPolicy
+from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.triggers import ON_CHANGE_POLL_S
 
 

@@ -15,8 +15,8 @@ from tests.unit.maintainer_harness import WAIT, Harness, mv
 from workers.codec import get_codec
 from workers.coordinator.handlers import Context, handle_ddl
 from workers.ddl import QueryPlan, analyze_query, parse_statement, plan_from_record, plan_record
+from workers.jobs.request import RunRequest, with_plan
 from workers.worker.decision import DecisionKind, decide, unchanged
-from workers.worker.request import RunRequest, with_plan
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "avro"
 QUERIES = [

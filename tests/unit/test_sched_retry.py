@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from workers.sched.retry import (
+from workers.catalog.errors import is_retryable
+from workers.retry import (
     CLIENT_RETRY,
     REFRESH_RETRY,
     RetryInterrupted,
     RetryPolicy,
-    is_retryable,
     retrying,
 )
 

@@ -101,7 +101,7 @@ def test_the_environment_of_a_child_process_reads_back_as_the_same_settings() ->
 
 
 def test_options_scoped_to_a_bucket_are_s3a_per_bucket_overrides() -> None:
-    from workers.jobs.session import s3a_bucket
+    from workers.jobs.spark.session import s3a_bucket
 
     storage = StorageSettings(endpoint="http://127.0.0.1:7070")
     scoped = storage.hadoop_options("outage")

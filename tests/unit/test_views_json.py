@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from workers import cli
+from workers.cli import command_line as cli
 from workers.client import HistorySnapshot, MvsClient, StatusSnapshot
 from workers.kafka.messages import Message
 from workers.views import history_json, iso, statement_json, status_json, tail_json, task_json
@@ -225,7 +225,7 @@ def test_history_output_json_is_one_document_and_text_is_the_tables(
 def test_tail_output_json_prints_one_flushed_line_per_record(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers import cli_commands
+    from workers.cli import commands as cli_commands
     from workers.kafka import typed
 
     records = [

@@ -23,9 +23,9 @@ from workers.api.overview import OverviewJson, read_overview
 from workers.api.page import add_status_page
 from workers.catalog.errors import ErrorCode
 from workers.catalog.names import mv_name_problem
-from workers.cli_failures import within
 from workers.client import MvsClient, task_id_of
 from workers.config import Settings
+from workers.failures import within
 from workers.views import (
     HistoryJson,
     StatementJson,

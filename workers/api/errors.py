@@ -1,5 +1,5 @@
 """How the REST API fails: the HTTP status and ``{"error_code", "message"}`` body of every failure,
-from the same (code, message) the CLI prints (``workers.cli_failures.failure``). Never a traceback."""
+from the same (code, message) the CLI prints (``workers.failures.failure``). Never a traceback."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging
 from typing_extensions import TypedDict
 
 from workers.catalog.errors import ErrorCode
-from workers.cli_failures import EXIT_STATEMENT, EXIT_UNAVAILABLE, failure
 from workers.config import Settings
+from workers.failures import EXIT_STATEMENT, EXIT_UNAVAILABLE, failure
 
 log = logging.getLogger(__name__)
 

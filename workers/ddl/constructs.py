@@ -8,7 +8,7 @@ construct sqlglot learns later (or one we never thought of) is refused until som
 sqlglot turns the functions it knows into typed nodes (``lower(x)`` → ``exp.Lower``) and the others into
 ``exp.Anonymous`` with the name as written. An anonymous call is checked by its name; a typed node by
 its class, which must be one that an allowed name parses to. The worker checks Spark's own parse of the
-same text again (``workers.jobs.guard``), so a difference between the two parsers can only refuse.
+same text again (``workers.jobs.spark.guard``), so a difference between the two parsers can only refuse.
 """
 
 from __future__ import annotations

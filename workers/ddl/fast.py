@@ -9,12 +9,12 @@ These shapes are eligible, over one base table or an inner equi-join of several:
   ``needs_recompute_on_delete``.
 * either over ``FROM a JOIN b ON a.k = b.k [AND …] [JOIN c USING (k) …]`` (kinds ``join_projection``,
   ``join_aggregate``): distinct tables, inner joins whose conditions are column equalities. The job
-  applies the delta rules of a join to each table's change rows (``workers.jobs.incremental_join``).
+  applies the delta rules of a join to each table's change rows (``workers.jobs.fast.join``).
 * an aggregate of one table or a join with HAVING (kinds ``aggregate_having``,
   ``join_aggregate_having``; ``workers.ddl.fast_having``): the groups change rows reach are
-  recomputed (``workers.jobs.incremental_having``).
+  recomputed (``workers.jobs.fast.having``).
 * UNION ALL of projections of one table each (kind ``union_projection``, ``workers.ddl.fast_union``):
-  the query run over the tables' change rows (``workers.jobs.incremental_union``).
+  the query run over the tables' change rows (``workers.jobs.fast.union``).
 
 Everything else is refused with a reason the user can act on.
 """

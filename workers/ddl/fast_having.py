@@ -1,6 +1,6 @@
 """Fast-refresh eligibility of a GROUP BY aggregate with HAVING: kind ``aggregate_having`` over one
 base table, ``join_aggregate_having`` over an inner equi-join (both applied by
-``workers.jobs.incremental_having``).
+``workers.jobs.fast.having``).
 
 The MV holds exactly the groups whose HAVING condition holds at the watermark; a change can move a
 group in or out. The job recomputes every group a change row reaches (for a join: a joined change row)

@@ -1,5 +1,5 @@
 """Fast-refresh eligibility of a projection or aggregate over an inner equi-join of distinct tables
-(kinds ``join_projection``, ``join_aggregate``; applied by ``workers.jobs.incremental_join``)."""
+(kinds ``join_projection``, ``join_aggregate``; applied by ``workers.jobs.fast.join``)."""
 
 from __future__ import annotations
 

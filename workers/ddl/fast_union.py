@@ -1,5 +1,5 @@
 """Fast-refresh eligibility of a UNION ALL of projections (kind ``union_projection``; applied by
-``workers.jobs.incremental_union``).
+``workers.jobs.fast.union``).
 
 Each branch must be a projection/filter of one table (``SELECT cols FROM t [WHERE …]``, the rules of a
 one-table projection); branches may read the same table or different ones. Such a branch is linear in

@@ -4,7 +4,7 @@ for tests and for trying ``MVS_SPARK_MASTER=spark://host:7077`` on one machine.
 
 Nothing here is mvs-specific: a worker process of mvs is the driver (its SparkSession connects to the
 master), the executors run on the cluster's workers, and the Delta (and S3A) jars reach them through
-``spark.jars`` (``workers.jobs.session``), which the driver serves to its executors.
+``spark.jars`` (``workers.jobs.spark.session``), which the driver serves to its executors.
 
     python -m workers.embedded.spark_cluster --workers 1     # foreground, Ctrl-C stops it
 """

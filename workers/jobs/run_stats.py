@@ -1,6 +1,6 @@
 """What one run cost Spark: its jobs and the rows its stages read (benchmarks and profiling).
 
-A run's Spark work happens under its job group (``workers.jobs.groups``), so the group's jobs are
+A run's Spark work happens under its job group (``workers.jobs.spark.groups``), so the group's jobs are
 the run's. Rows read are the input records of those jobs' stages (data files and Delta log actions
 alike), from Spark's status store, plus the rows delta-rs read for the run (``rs_arrow``); the store
 keeps the latest ``spark.ui.retainedJobs`` / ``retainedStages`` (1000 by default), so ask soon after
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from workers.jobs import rs_arrow
-from workers.jobs.groups import spark_job_ids
+from workers.jobs.delta import arrow as rs_arrow
+from workers.jobs.spark.groups import spark_job_ids
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _description(spark: SparkSession, job_id: int) -> str:
     return str(described.get()) if described.isDefined() else ""
 
 
-# The steps a FAST run names in its job descriptions (``workers.jobs.incremental._step``).
+# The steps a FAST run names in its job descriptions (``workers.jobs.fast.refresh._step``).
 _STEP = re.compile(
     r"read the change rows|compute the change to the MV|commit the helper state|commit \([^)]*\)"
 )

@@ -1,7 +1,7 @@
 """Named retry policies for Kafka calls that may fail while the cluster is briefly away.
 
-They are ``workers.sched.retry.RetryPolicy`` values (one retry concept, tenacity only in
-``workers.sched``): no jitter, retry only what ``is_transient`` says the cluster may answer
+They are ``workers.retry.RetryPolicy`` values (one retry concept, tenacity only
+there): no jitter, retry only what ``is_transient`` says the cluster may answer
 differently in a moment. ``policy.with_sleep(...)`` injects the sleep so tests do not wait.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from workers.kafka.errors import is_transient
-from workers.sched.retry import RetryPolicy
+from workers.retry import RetryPolicy
 
 __all__ = ["ADMIN_RETRY", "METADATA_RETRY", "TXN_RETRY", "WATERMARK_RETRY", "RetryPolicy", "kafka_policy"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from workers.catalog.specs import REFRESH_MODES
-from workers.worker.request import RunRequest
+from workers.jobs import RunRequest
 
 NO_CHANGE = "skipped: no change"
 

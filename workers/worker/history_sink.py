@@ -67,13 +67,13 @@ class SparkHistoryWriter:
         self.settings = settings
 
     def _spark(self) -> Any:
-        from workers.jobs.session import get_spark
+        from workers.jobs import get_spark
 
         return get_spark(self.settings)
 
     @contextlib.contextmanager
     def _conflicts(self) -> Iterator[None]:
-        from workers.jobs.errors import is_write_conflict
+        from workers.jobs import is_write_conflict
 
         try:
             yield
@@ -83,18 +83,18 @@ class SparkHistoryWriter:
             raise
 
     def recorded_offset(self, table: str, app_id: str) -> int:
-        from workers.jobs.history_table import recorded_offset
+        from workers.worker.history_table import recorded_offset
 
         return recorded_offset(self._spark(), self.settings, table, app_id)
 
     def append_history(self, rows: Sequence[dict[str, Any]], *, app_id: str, last_offset: int) -> None:
-        from workers.jobs.history_table import append_history
+        from workers.worker.history_table import append_history
 
         with self._conflicts():
             append_history(self._spark(), self.settings, rows, app_id=app_id, last_offset=last_offset)
 
     def merge_tasks(self, rows: Sequence[dict[str, Any]], removed: Sequence[dict[str, Any]]) -> None:
-        from workers.jobs.history_table import merge_tasks
+        from workers.worker.history_table import merge_tasks
 
         with self._conflicts():
             merge_tasks(self._spark(), self.settings, rows, removed)

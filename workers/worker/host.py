@@ -36,12 +36,12 @@ from collections.abc import Mapping
 from workers.catalog.lifecycle import TaskState
 from workers.kafka.messages import partition_for
 from workers.records import Record
+from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue
 from workers.sched.executor import BoundedExecutor
 from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics, TaskGauges
-from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.topics import topic_spec
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
 from workers.worker.outbox import Outbox

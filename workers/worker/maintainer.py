@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
 from workers.catalog.specs import ON_CHANGE
+from workers.jobs import with_plan
 from workers.records import Record, run_summary
+from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
 from workers.sched.executor import BoundedExecutor, CancelToken, RunOutcome, SubmitStatus
 from workers.sched.gauges import TaskGauges
-from workers.sched.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.triggers import MIN_RUN_SPACING_S, data_lag_s
 from workers.worker.decision import Decision, unchanged
 from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
-from workers.worker.request import with_plan
 from workers.worker.run_records import run_failure, run_record, was_cancelled
 from workers.worker.runner import Runner, RunResult
 from workers.worker.schedule import MANUAL, SCHEDULE, more_urgent, next_due, run_priority, trigger_kind

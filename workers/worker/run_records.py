@@ -5,7 +5,7 @@ executor outcome means for the record (the RunSummary a status carries: ``worker
 from __future__ import annotations
 
 from workers.catalog.errors import ErrorCode, MvsError
-from workers.jobs.errors import RunCancelled
+from workers.jobs import RunCancelled
 from workers.records import Record
 from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext

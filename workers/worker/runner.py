@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
-from workers.jobs.errors import JobError, RunCancelled, classify_failure
+from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
 from workers.records import Record
 from workers.warehouse import latest_version, table_exists
 from workers.worker.decision import Decision, DecisionKind, decide
-from workers.worker.request import RunRequest
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
-    from workers.jobs.refresh import RefreshResult
+    from workers.jobs import RefreshResult
 
 log = logging.getLogger(__name__)
 # While a cancelled run is still inside its Spark work, its job group is cancelled again this often.
@@ -63,7 +62,7 @@ class SparkRunner:
     def spark(self) -> Any:
         with self._lock:
             if self._spark is None:
-                from workers.jobs.session import get_spark
+                from workers.jobs import get_spark
 
                 self._spark = get_spark(self.settings)
             return self._spark
@@ -113,8 +112,7 @@ class SparkRunner:
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:
         """Refresh MV ``task`` (a TaskRecord carrying its query plan: ``request.with_plan``): pin the
         bases, build the run's one ``RunRequest``, decide (``workers.worker.decision``), run the job."""
-        from workers.jobs.incremental import fast_refresh_blocker
-        from workers.jobs.refresh import read_watermark
+        from workers.jobs import fast_refresh_blocker, read_watermark
 
         pinned = self.base_versions(task["mv"]["base_tables"])
         request = RunRequest.for_task(task, run_id=run_id, job_group=job_group, pinned=pinned)
@@ -146,8 +144,7 @@ class SparkRunner:
 
     def _run(self, request: RunRequest, decision: Decision) -> RefreshResult:
         """The job ``decision`` asks for; a complete refresh's message starts with the reason."""
-        from workers.jobs.incremental import FastRefreshNotPossible, refresh_incremental
-        from workers.jobs.refresh import refresh_complete
+        from workers.jobs import FastRefreshNotPossible, refresh_complete, refresh_incremental
 
         if decision.kind is DecisionKind.INCREMENTAL:
             try:
@@ -160,8 +157,8 @@ class SparkRunner:
         return replace(result, message=f"{decision.reason}; {result.message}")
 
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
-        from workers.jobs.groups import job_group as spark_job_group
-        from workers.jobs.mvlog import create_mv_log, purge
+        from workers.jobs import create_mv_log, purge
+        from workers.jobs import job_group as spark_job_group
 
         base = task["name"]
         with (
@@ -183,7 +180,7 @@ class SparkRunner:
 
     def cancel(self, job_group: str) -> None:
         if self._spark is not None:
-            from workers.jobs.refresh import cancel_run
+            from workers.jobs import cancel_run
 
             cancel_run(self._spark, job_group)
             threading.Thread(
@@ -196,7 +193,7 @@ class SparkRunner:
         cancel came) would run to its end. So cancel again until the run has left its Spark work;
         a cancel that came before the run entered its job group (a FAST run decides its kind first)
         marks the group as soon as it is entered, so the run ends as cancelled, not as failed."""
-        from workers.jobs.refresh import cancel_run
+        from workers.jobs import cancel_run
 
         pause = threading.Event()
         while not pause.wait(RECANCEL_EVERY_S):
@@ -207,11 +204,11 @@ class SparkRunner:
 
     def drop(self, task: Record) -> None:
         if task["kind"] == "MV":
-            from workers.jobs.refresh import drop_mv_table
+            from workers.jobs import drop_mv_table
 
             drop_mv_table(self.settings, task["name"])
         elif table_exists(self.settings, task["name"]):
-            from workers.jobs.mvlog import drop_mv_log
+            from workers.jobs import drop_mv_log
 
             drop_mv_log(self.spark, self.settings, task["name"])
 

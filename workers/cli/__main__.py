@@ -1,0 +1,5 @@
+import sys
+
+from workers.cli.command_line import main
+
+sys.exit(main())

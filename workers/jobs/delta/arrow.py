@@ -1,0 +1,138 @@
+"""Rows read by delta-rs (Arrow) handed to Spark with exactly the types Spark's own read would give."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs.spark.held import LOCAL_ROWS
+from workers.jobs.spark.session import active_spark, confs
+
+log = logging.getLogger(__name__)
+
+# The largest table (data files, bytes) delta-rs reads whole for Spark: an MV whose touched rows a run
+# filters on the driver (``rs_commit``), a small base a join run reads at a pinned version.
+READ_LIMIT_BYTES = 16 << 20
+
+# Rows delta-rs read, by (job group, job description) of the run that asked (``run_stats`` adds them to
+# the rows Spark's stages read); the latest groups only.
+_RECORDED_GROUPS = 1000
+_rows_read: OrderedDict[tuple[str, str], int] = OrderedDict()
+_rows_lock = threading.Lock()
+
+
+def record_read(rows: int) -> None:
+    """Count ``rows`` read by delta-rs for the calling thread's Spark job group and step, if any."""
+    spark = active_spark()
+    if spark is None:
+        return
+    context = spark.sparkContext
+    group = context.getLocalProperty("spark.jobGroup.id")
+    if not group:
+        return
+    key = (group, context.getLocalProperty("spark.job.description") or "")
+    with _rows_lock:
+        _rows_read[key] = _rows_read.get(key, 0) + rows
+        _rows_read.move_to_end(key)
+        while len(_rows_read) > _RECORDED_GROUPS:
+            _rows_read.popitem(last=False)
+
+
+def rows_read(group: str, step: str | None = None) -> int:
+    """Rows delta-rs read under job ``group`` (in the step whose description contains ``step``)."""
+    with _rows_lock:
+        return sum(n for (g, d), n in _rows_read.items() if g == group and (step is None or step in d))
+
+
+def conform(rows: pa.Table, schema: StructType) -> pa.Table:
+    """``rows`` with ``schema``'s columns, in its order and of its types (DataFusion's string views,
+    unsigned versions and the like cast); a column ``rows`` lacks is all NULL, as in Spark's
+    ``unionByName(allowMissingColumns=True)``. Raises when a column does not cast."""
+    wanted = to_arrow_schema(schema)
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in wanted
+    ]
+    return pa.Table.from_arrays(columns, schema=wanted)
+
+
+# Spark's createDataFrame makes a local relation of Arrow rows up to this many bytes, an RDD past it.
+_LOCAL_BYTES = "spark.sql.execution.arrow.localRelationThreshold"
+_BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def to_spark(session: SparkSession, rows: pa.Table, schema: StructType) -> DataFrame:
+    """``rows`` (conformed to ``schema``) as a Spark frame held on the driver, as ``held.hold`` holds
+    rows: a local relation up to ``held.LOCAL_ROWS`` rows, an RDD of the Arrow batches past it; no
+    lineage back to the table either way, so its reads run no scan."""
+    slices = session.sparkContext.defaultParallelism  # one Arrow batch per partition
+    batch = str(max(1, -(-rows.num_rows // slices)))
+    as_rdd = {} if rows.num_rows <= LOCAL_ROWS else {_LOCAL_BYTES: "0", _BATCH_ROWS: batch}
+    with confs(session, as_rdd):
+        return session.createDataFrame(conform(rows, schema).combine_chunks(), schema=schema)
+
+
+def small(summary: Mapping[str, Any] | None) -> bool:
+    """Is a table of this summary (``warehouse.table_summary``) within ``READ_LIMIT_BYTES``?"""
+    size = (summary or {}).get("tableSizeBytes")
+    return isinstance(size, int) and size <= READ_LIMIT_BYTES
+
+
+def read_whole(
+    settings: Settings,
+    name: str,
+    version: int,
+    schema: StructType,
+    where: str | None = None,
+    table: DeltaTable | None = None,
+) -> pa.Table | None:
+    """Table ``name`` at ``version`` (``table``, when the caller opened it already) read whole by
+    delta-rs (its rows ``where`` keeps: a DataFusion predicate, files skipped by their statistics) and
+    conformed to ``schema``; None when a column does not convert or delta-rs does not read the table
+    (the caller reads with Spark)."""
+    query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
+    try:
+        table = table if table is not None else warehouse.rs_table(settings, name, version)
+        rows = conform(pa.table(QueryBuilder().register("t", table).execute(query)), schema)
+    except Exception as unread:  # noqa: BLE001 - e.g. a column type Arrow or delta-rs lacks
+        log.info("delta-rs did not read %s (%s): Spark reads", name, unread)
+        return None
+    record_read(rows.num_rows)
+    return rows
+
+
+def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
+    """The table schema a checksum (``warehouse.table_summary``) records, when its columns are named
+    physically (no column mapping, so delta-rs's reads and Spark's agree), else None."""
+    metadata = (summary or {}).get("metadata") or {}
+    if not isinstance(metadata.get("schemaString"), str):
+        return None
+    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+        return None
+    return StructType.fromJson(json.loads(metadata["schemaString"]))
+
+
+def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
+    """Table ``name`` at ``version``, held on the driver, when it is small (``READ_LIMIT_BYTES``, by
+    Spark's checksum file, whose schema it takes), the warehouse local and the table without column
+    mapping (physical names): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
+    if not warehouse.is_local(settings):
+        return None
+    summary = warehouse.read_checksum(settings, name, version)
+    schema = schema_of(summary)
+    if not small(summary) or schema is None:
+        return None
+    rows = read_whole(settings, name, version, schema)
+    return None if rows is None else to_spark(session, rows, schema)

@@ -1,0 +1,130 @@
+"""Filters that narrow a table to the rows a set of keys can match, in a form Delta skips data files by
+(their min/max statistics): the keys' values as IN lists when they are few, else the ranges they span.
+
+A filter selects a superset of the rows NULL-safely equal to some key row, so the caller still
+matches exactly afterwards (a join, a MERGE condition): what it saves is reading and rewriting the
+files no key can be in. In a MERGE's ON clause a predicate on the target alone is what Delta prunes
+the target's files by, so a run's MERGE touches the files of its keys, not every file of the MV.
+Only columns whose type keeps values exact as literals are narrowed (floating point is not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType, StructType
+
+from workers.jobs.spark.columns import col, q
+
+# Key types whose values survive the trip through the driver exactly as literals.
+LITERAL_TYPES = (IntegralType, StringType, DecimalType, DateType)
+
+
+def _ref(alias: str | None, name: str) -> Column:
+    return col(alias, name) if alias else F.col(q(name))
+
+
+def among(column: Column, values: set[object], dtype: DataType) -> Column:
+    """``column IN (values)``, typed as the key column, and ``OR column IS NULL`` for a NULL value."""
+    present = [F.lit(v).cast(dtype) for v in values if v is not None]
+    found = column.isin(present) if present else F.lit(False)
+    return found | column.isNull() if None in values else found
+
+
+@dataclass(frozen=True)
+class _Narrowed:
+    """One column's part of a filter: its values (an IN list) or the range they span."""
+
+    column: str
+    dtype: DataType
+    values: frozenset[object] | None = None  # None: the range low..high (NULLs when ``nulls``)
+    low: object = None
+    high: object = None
+    nulls: bool = False
+
+    def on(self, alias: str | None) -> Column:
+        column = _ref(alias, self.column)
+        if self.values is not None:
+            return among(column, set(self.values), self.dtype)
+        if self.low is None:  # every key value is NULL
+            return column.isNull()
+        inside = column.between(F.lit(self.low).cast(self.dtype), F.lit(self.high).cast(self.dtype))
+        return inside | column.isNull() if self.nulls else inside
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """A filter on a table's columns, computed once from the keys, usable under any alias."""
+
+    parts: tuple[_Narrowed, ...]
+    # Every pair narrowed: the filter alone finds the IN-listed rows, no join is needed to narrow.
+    complete: bool
+
+    def on(self, alias: str | None = None) -> Column:
+        """The predicate on the table's columns (``alias.column`` when ``alias`` is given)."""
+        return reduce(lambda a, b: a & b, [p.on(alias) for p in self.parts])
+
+
+def key_filter(
+    schema: StructType,
+    pairs: Sequence[tuple[str, str]],
+    keys: DataFrame,
+    *,
+    limit: int,
+    ranges: bool = False,
+    rows: int | None = None,
+) -> KeyFilter | None:
+    """A filter on the columns ``f`` of a table of ``schema``, true for every row NULL-safely equal on
+    all pairs ``(f, k)`` to a row of ``keys``: IN lists of the values when ``keys`` has at most
+    ``limit`` rows (``keys`` held on the driver: no Spark job); else, with ``ranges``, each column
+    between its smallest and largest key value (one Spark job); else None. Pairs whose column type
+    is not literal-exact or differs from the key's are left out (None when no pair is left).
+    ``rows``: ``keys``' rows (or more), when known: past ``limit`` no values are collected (a job
+    when ``keys`` is not a local relation)."""
+    mine = {f.name: f.dataType for f in schema.fields}
+    theirs = {f.name: f.dataType for f in keys.schema.fields}
+    usable = [
+        (f, k) for f, k in pairs if mine.get(f) == theirs.get(k) and isinstance(mine.get(f), LITERAL_TYPES)
+    ]
+    if not usable:
+        return None
+    complete = len(usable) == len(pairs)
+    listable = rows is None or rows <= limit
+    found = keys.select(*[_ref(None, k) for _, k in usable]).limit(limit + 1).collect() if listable else []
+    if listable and len(found) <= limit:
+        listed = [
+            _Narrowed(f, mine[f], values=frozenset(row[i] for row in found))
+            for i, (f, _) in enumerate(usable)
+        ]
+        return KeyFilter(tuple(listed), complete)
+    if not ranges:
+        return None
+    spans = keys.agg(
+        *[
+            agg
+            for _, k in usable
+            for agg in (F.min(_ref(None, k)), F.max(_ref(None, k)), F.max(_ref(None, k).isNull()))
+        ]
+    ).collect()[0]
+    spanned = [
+        _Narrowed(f, mine[f], low=spans[3 * i], high=spans[3 * i + 1], nulls=bool(spans[3 * i + 2]))
+        for i, (f, _) in enumerate(usable)
+    ]
+    return KeyFilter(tuple(spanned), complete=False)
+
+
+def narrowed_by_values(
+    frame: DataFrame, pairs: Sequence[tuple[str, str]], keys: DataFrame, limit: int, rows: int | None = None
+) -> DataFrame | None:
+    """``frame`` filtered by the IN lists of ``keys``' values (``key_filter``): a superset of the
+    rows NULL-safely equal to a row of ``keys``, read with a filter Delta skips files by instead of a
+    broadcast semi-join (a job). None when a pair's column cannot be listed exactly, or ``keys`` has
+    more than ``limit`` rows (or ``rows``, ``key_filter``'s bound, does)."""
+    found = key_filter(frame.schema, pairs, keys, limit=limit, rows=rows)
+    if found is None or not found.complete:
+        return None
+    return frame.where(found.on())

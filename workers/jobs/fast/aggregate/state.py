@@ -1,0 +1,102 @@
+"""The helper state of an aggregate MV: per group COUNT(*), and per aggregated column its non-NULL
+count and exact sum, in the Delta table ``<mv>__mvstate`` (``warehouse.state_table_name``).
+
+Readers of the MV never see it: the MV table holds exactly the query's columns. A FAST run derives
+COUNT(col), SUM, AVG and "the group vanished" from it (``workers.jobs.fast.aggregate.merge``), so
+those never re-read the base. Only MVs that need it keep one (``incremental_aggregate.needs_state``).
+
+Trust rule (docs/ARCHITECTURE.md, "Helper state"): every state commit carries, in its
+``userMetadata``, the run it belongs to (``{"mvs_state": {task_id, epoch, run_id, watermark,
+layout}}``). A run uses the state only when its newest tagged commit names the very run whose commit
+is the MV's newest one (same epoch, run id and watermark) and the same layout (query and columns).
+Anything else — no state yet, a COMPLETE refresh since (it does not write state), a crash between
+the state commit and the MV commit, a stale owner's state commit, an ALTERed query — and the run
+rebuilds the state from the base at the pinned version (one pass) and overwrites it. A wrong state is
+therefore never trusted: the state is written first, the MV second, and only the MV commit makes the
+state's tag match.
+
+Stale owners: state commits use the MV's idempotent-write id (``txnAppId`` = task id, ``txnVersion``
+as the MV commit's), and the first incremental run of an epoch fences the state table as it fences
+the MV (``workers.jobs.fast.commit.RunCommit.fence``), so after it no older epoch's commit lands in
+between a run's read of the state and its write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs.delta import log as deltalog
+from workers.jobs.delta import write as delta_write
+from workers.jobs.delta.metadata import CommitId, MvWatermark, json_object
+from workers.jobs.fast.apply import StateWrite
+from workers.jobs.request import RunRequest
+
+__all__ = ["StateStore", "layout_id"]
+
+_KEY = "mvs_state"
+
+
+def layout_id(*parts: object) -> str:
+    """A short fingerprint of what the state's columns mean (query, keys, tracked columns, types)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StateStore:
+    """The state table of one MV as one run sees it: the MV's newest commit tag (``mv``)."""
+
+    session: SparkSession
+    settings: Settings
+    mv_name: str
+    mv: MvWatermark
+
+    @property
+    def table(self) -> str:
+        return warehouse.state_table_name(self.mv_name)
+
+    def read(self, layout: str) -> DataFrame | None:
+        """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""
+        for commit in deltalog.iter_commits(self.session, self.settings, self.table):
+            tag = json_object(commit.user_metadata, _KEY)
+            if tag is None:
+                continue  # a fence
+            mine = (
+                tag.get("task_id") == self.mv.task_id
+                and tag.get("epoch") == self.mv.epoch
+                and tag.get("run_id") == self.mv.run_id
+                and tag.get("watermark") == self.mv.watermark
+                and tag.get("layout") == layout
+            )
+            if not mine:
+                return None
+            reader = self.session.read.format("delta")
+            if commit.version != deltalog.current_version(self.session, self.settings, self.table):
+                reader = reader.option("versionAsOf", commit.version)
+            # The newest version is read as such: the snapshot the run's state MERGE uses (a time
+            # travel to it would load the same state a second time). Only a newer epoch can commit
+            # after it (the fence), and then Delta skips this run's commits.
+            return reader.load(warehouse.table_path(self.settings, self.table))
+        return None
+
+    def commit(
+        self, write: StateWrite, run: RunRequest, watermark: Mapping[str, int], txn_version: int
+    ) -> None:
+        """Write the run's state (before its MV commit), tagged with the run, under the MV commit's
+        idempotent-write id (``workers.jobs.fast.commit``)."""
+        tag = {"task_id": run.task_id, "epoch": run.epoch, "run_id": run.run_id, "watermark": dict(watermark)}
+        metadata = json.dumps({_KEY: {**tag, "layout": write.layout}}, sort_keys=True)
+        commit = CommitId(run.task_id, txn_version, metadata)
+        path = warehouse.table_path(self.settings, self.table)
+        if write.merge is None:
+            delta_write.write(
+                write.frame, path, commit, mode="overwrite", options={"overwriteSchema": "true"}
+            )
+        else:  # the source is the run's held rows (``workers.jobs.fast.aggregate.merge``)
+            delta_write.spark_merge(self.session, path, write.merge, commit)

@@ -1,0 +1,92 @@
+"""The commits of one FAST run, in their order (``RunCommit``): the only place that orders them.
+
+1. ``fence``, on the first run of an epoch: the MV, then its helper state (where there is one), get an
+   empty commit at ``epoch * 2**32`` (``CommitId.fence``): from then on Delta skips every older
+   epoch's commit to them, so the MV content (and state) a run reads can only change by a newer epoch,
+   whose commit makes this run's skipped.
+2. ``commit``: the helper state first, when the change has one (``Change.state``; only the MV commit
+   makes it trusted: ``workers.jobs.fast.aggregate.state``), then the MV: the change rows appended,
+   or its MERGE (by delta-rs or Spark: ``workers.jobs.delta.write``). A one-pass MERGE that meets a
+   group to recompute commits nothing and raises; its ``fallback`` (the two steps) is committed then.
+
+The MV commit carries the data and the new watermark (``userMetadata``), the state commit its own tag
+(same txnVersion); the two are separate Delta commits of separate tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from workers import warehouse
+from workers.config import Settings
+from workers.jobs.delta import write
+from workers.jobs.delta.metadata import CommitId, encode_user_metadata, txn_version
+from workers.jobs.delta.write import Target
+from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change
+from workers.jobs.request import RunRequest
+
+
+@dataclass(frozen=True)
+class RunCommit:
+    """The commits of the run ``request`` to its MV (and the MV's helper state), in ``session``."""
+
+    session: SparkSession
+    settings: Settings
+    request: RunRequest
+
+    def fence(self, until: int) -> None:
+        """Fence the MV, then its helper state, against older epochs (``until``: the base version
+        the run applies, at least 1 where there is an MV log, so the fence is below every refresh
+        commit of this epoch and never makes the run's own commit skipped). The MV fence carries no
+        ``mvs`` metadata (``read_watermark`` passes it by)."""
+        assert until >= 1, "an MV log implies the base is past version 0"
+        task_id, epoch, run_id = self.request.task_id, self.request.epoch, self.request.run_id
+        marker = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": run_id}})
+        write.fence(self.session, self._path(self.request.mv_name), CommitId.fence(task_id, epoch, marker))
+        state = warehouse.state_table_name(self.request.mv_name)
+        if warehouse.table_exists(self.settings, state):  # else the first state write of this epoch makes it
+            write.fence(self.session, self._path(state), CommitId.fence(task_id, epoch))
+
+    def commit(
+        self,
+        change: Change,
+        *,
+        target: Target,
+        state: StateStore,
+        watermark: Mapping[str, int],
+        step: Callable[[str], None],
+    ) -> Change:
+        """Commit ``change`` (the helper state first, then the MV ``target``) as reflecting the bases
+        at ``watermark``; ``step`` names the run's next step. Returns the change committed (its
+        fallback, when the one-pass MERGE gave way)."""
+        request = self.request
+        version = txn_version(request.epoch, watermark)
+        if change.state is not None:
+            step("commit the helper state")
+            state.commit(change.state, request, watermark, version)
+        metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, watermark)
+        mv_commit = CommitId(request.task_id, version, metadata)
+        step(f"commit ({change.plan})")
+        if change.merge is None:
+            assert change.appended is not None
+            write.write(change.appended, target.path, mv_commit, mode="append")
+            return change
+        try:
+            write.merge(self.session, target, change.merge, mv_commit)
+        except Exception as error:  # noqa: BLE001 - only the one-pass MERGE's own failure is taken back
+            if change.fallback is None or RECOMPUTE_NEEDED not in str(error):
+                raise
+            step(COMPUTE_STEP)
+            change = change.fallback()  # nothing was committed: the two steps instead
+            step(f"commit ({change.plan})")
+            assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
+            write.merge(self.session, target, change.merge, mv_commit)
+        return change
+
+    def _path(self, table: str) -> str:
+        return warehouse.table_path(self.settings, table)

@@ -1,0 +1,116 @@
+"""Each FAST plan kind (``workers.ddl.plan.FAST_KINDS``) and its rule: the one place a run tells
+kinds apart. A rule computes the change a run commits (``Change``) from the run's change rows; it
+may raise ``Inconsistent`` when the MV cannot be what its watermark says (the run then refreshes
+completely).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import functions as F
+
+from workers.config import Settings
+from workers.ddl.plan import FastKind, FastRefreshPlan
+from workers.jobs.changes.reads import Changes
+from workers.jobs.complete import read_at
+from workers.jobs.delta.metadata import MvWatermark
+from workers.jobs.fast import append, apply, having, join, union
+from workers.jobs.fast.aggregate.merge import aggregate_merge
+from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.apply import COMPUTE_STEP, INSERT_TYPES, Change, Scope
+from workers.jobs.request import RunRequest
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a rule knows of its run: the request, its plan, and every base's versions (since, until]
+    (a join or union has several; ``plan.base_table`` is the first)."""
+
+    settings: Settings
+    request: RunRequest
+    plan: FastRefreshPlan
+    ranges: Mapping[str, tuple[int, int]]
+    mv: MvWatermark  # the MV's newest commit tag, as the run read it (its helper state is trusted by it)
+
+    def state_store(self, scope: Scope) -> StateStore:
+        """The MV's helper state (``workers.jobs.fast.aggregate.state``), as of the MV content read."""
+        return StateStore(scope.session, self.settings, self.request.mv_name, self.mv)
+
+
+# The change to commit, and whether its change rows were shared with another MV's run.
+ChangeRule = Callable[[Scope, Run], tuple[Change, bool]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    change: ChangeRule
+    # Matches MV rows by their values (a projection's rows have no key): rows whose columns cannot be
+    # compared (MAP, VARIANT) make it impossible.
+    matches_rows: bool
+
+
+def _base_changes(scope: Scope, run: Run) -> Changes:
+    since, until = run.ranges[run.plan.base_table]
+    return scope.changes(run.plan.base_table, since, until)
+
+
+def _projection(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """Appended when the base only appended (known from its log, no job), else its merge."""
+    read, base, query = _base_changes(scope, run), run.plan.base_table, run.request.query
+    since, until = run.ranges[base]
+    inserted = append.inserted_rows(scope.session, run.settings, base, since, until)
+    if inserted is not None:
+        rows = read.frame.where(F.col("_change_type").isin(*INSERT_TYPES))
+        appended = scope.run_query(query, base, rows)
+        return Change("append", inserted, f"{inserted} rows inserted", appended=appended), read.shared
+    mv = scope.mv_frame()
+    scope.step(COMPUTE_STEP)
+    return apply.projection_change(scope, query, base, read.frame, mv), read.shared
+
+
+def _aggregate(scope: Scope, run: Run) -> tuple[Change, bool]:
+    read, base, plan = _base_changes(scope, run), run.plan.base_table, run.plan
+    mv = scope.mv_frame()
+    scope.step(COMPUTE_STEP)
+    at_v = read_at(scope.session, run.settings, base, run.ranges[base][1])
+    store = run.state_store(scope)
+    change = aggregate_merge(
+        scope, run.request.query, plan, read.frame, mv, at_v, store, change_rows=read.rows
+    )
+    return change, read.shared
+
+
+def _aggregate_having(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """The groups the change rows reach, recomputed (``workers.jobs.fast.having``)."""
+    read, base = _base_changes(scope, run), run.plan.base_table
+    mv = scope.mv_frame()
+    scope.step(COMPUTE_STEP)
+    at_v = read_at(scope.session, run.settings, base, run.ranges[base][1])
+    return having.having_change(scope, run.request.query, run.plan, read.frame, mv, at_v), read.shared
+
+
+def _join(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """A join's delta rules over every base's change rows (``workers.jobs.fast.join``)."""
+    return join.join_change(scope, run.request, run.plan, run.ranges)
+
+
+def _join_aggregate_having(scope: Scope, run: Run) -> tuple[Change, bool]:
+    return having.join_having_change(scope, run.request, run.plan, run.ranges)
+
+
+def _union(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """Each branch over its base's change rows (``workers.jobs.fast.union``)."""
+    return union.union_change(scope, run.request, run.plan, run.ranges)
+
+
+KINDS: Mapping[FastKind, Rule] = {
+    "projection": Rule(_projection, matches_rows=True),
+    "aggregate": Rule(_aggregate, matches_rows=False),
+    "aggregate_having": Rule(_aggregate_having, matches_rows=False),
+    "join_projection": Rule(_join, matches_rows=True),
+    "join_aggregate": Rule(_join, matches_rows=False),
+    "join_aggregate_having": Rule(_join_aggregate_having, matches_rows=False),
+    "union_projection": Rule(_union, matches_rows=True),
+}

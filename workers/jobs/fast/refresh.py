@@ -1,0 +1,326 @@
+"""Incremental (FAST) refresh of an MV from its base table's MV log, and its preconditions.
+
+A run reads the change rows of versions (watermark, v] from the MV log, ``v`` being the version its
+request pinned (``workers.jobs.request``), and applies them to the MV table so that it holds
+exactly what a complete refresh at ``v`` would write (rules in ``workers.jobs.fast.apply``).
+Data and the new watermark land in one Delta commit with the same ``userMetadata`` / ``txnAppId`` /
+``txnVersion`` as ``refresh_complete``: a replay or a stale owner's commit is skipped by Delta.
+
+MERGE takes the idempotent-write id and ``userMetadata`` only from session confs, so every run
+works in its own session (``session.run_session``: own SQL conf and temp views, same SparkContext,
+so the run's job group and cancellation still apply). The MV query runs there as written, over temp
+views named like its base table (``refresh.run_query``).
+
+Fencing: an incremental result is only right on top of the MV content it was computed from. Within
+one epoch a task runs one refresh at a time; across epochs, a stale owner could still commit between
+our read of the MV and our MERGE. So the first incremental run of an epoch commits an empty "fence"
+first, with ``txnVersion = epoch * 2**32`` (above every older epoch's): from then on Delta skips
+every older-epoch commit, and the MV content we read can only change by a newer epoch (whose commit
+makes ours skipped, or fail as a concurrent transaction).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from pyspark.sql import SparkSession
+
+from workers.config import Settings
+from workers.ddl.plan import FastRefreshPlan
+from workers.jobs import complete
+from workers.jobs.changes import mvlog
+from workers.jobs.complete import RefreshResult, read_at, read_watermark, run_query
+from workers.jobs.delta import arrow as rs_arrow
+from workers.jobs.delta import log as deltalog
+from workers.jobs.delta import rs_commit
+from workers.jobs.delta.metadata import MvWatermark
+from workers.jobs.delta.write import COMMIT_CONFS, Target
+from workers.jobs.errors import ChangesNotRetained
+from workers.jobs.fast import apply
+from workers.jobs.fast.commit import RunCommit
+from workers.jobs.fast.kinds import KINDS, Run
+from workers.jobs.request import RunRequest
+from workers.jobs.spark import groups
+from workers.jobs.spark import session as session_module
+
+__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
+
+
+class FastRefreshNotPossible(ChangesNotRetained):
+    """This refresh cannot be incremental; ``reason`` says why ("complete: …"), for the run record."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class _State:
+    """What an incremental run starts from: the MV's watermark and version, and the pinned base."""
+
+    watermark: MvWatermark
+    mv_version: int
+    since: int  # base version the MV reflects
+    until: int  # base version pinned for this run
+    # Every base (a join has several; ``since``/``until`` are ``plan.base_table``'s): (since, until).
+    ranges: Mapping[str, tuple[int, int]]
+
+
+def fast_plan(request: RunRequest) -> FastRefreshPlan:
+    plan = request.plan.fast_refresh
+    if plan is None:
+        raise FastRefreshNotPossible(f"complete: fast refresh is not possible: {request.plan.fast_reason}")
+    return plan
+
+
+def fast_refresh_blocker(spark: SparkSession, settings: Settings, request: RunRequest) -> str | None:
+    """Why the MV cannot be refreshed incrementally now ("complete: …"), or None when it can.
+
+    Cheap: Delta log reads and an analysis of the query by Spark, no Spark job. The decision
+    (``workers.worker.decision``) asks it; ``refresh_incremental`` checks again, under the fence.
+    """
+    try:
+        plan = fast_plan(request)
+        state = _check(spark, settings, request, plan)
+        _check_schema_once(spark, settings, request, plan, state, session_module.run_checksums(settings))
+    except FastRefreshNotPossible as why:
+        return why.reason
+    return None
+
+
+def refresh_incremental(spark: SparkSession, settings: Settings, request: RunRequest) -> RefreshResult:
+    """Apply the base's change rows since the MV's watermark; same contract as ``refresh_complete``.
+
+    Raises FastRefreshNotPossible (a ChangesNotRetained) when the caller must refresh completely,
+    RunCancelled after ``cancel_run(request.job_group)``.
+    """
+    task_id, epoch, run_id = request.task_id, request.epoch, request.run_id
+    plan = fast_plan(request)
+    with groups.job_group(spark, request.job_group, f"incremental refresh of {task_id} (run {run_id})"):
+        found = _check(spark, settings, request, plan)
+        if found.watermark.epoch > epoch:
+            return _fenced_out(found.watermark, epoch)
+        checksum = session_module.run_checksums(settings)
+        tables = {request.mv_name: found.mv_version, **request.pinned}
+        session = _run_session(spark, interpreted=session_module.small_tables(settings, tables, checksum))
+        commits = RunCommit(session, settings, request)
+        if found.watermark.epoch < epoch:
+            commits.fence(found.until)
+        state = _check(session, settings, request, plan)  # re-read: a stale owner may have slipped in
+        if state.watermark.epoch > epoch:
+            return _fenced_out(state.watermark, epoch)
+        if all(s == u for s, u in state.ranges.values()):
+            # Already at the pinned versions: our own replay, or a stale owner's commit that landed
+            # between the decision and the fence (it still reached the warehouse). Nothing to apply.
+            return _fenced_out(state.watermark, epoch)
+        _check_schema_once(session, settings, request, plan, state, checksum)
+        groups.check_cancelled(request.job_group)
+        mv_summary = checksum(request.mv_name, state.mv_version)
+        target = Target(
+            settings,
+            request.mv_name,
+            state.mv_version,
+            mv_summary,
+            rs_commit.usable(settings, request.mv_name, state.mv_version),
+        )
+        reads = target.delta_rs and rs_arrow.small(mv_summary)
+        mv_schema = rs_arrow.schema_of(mv_summary) if target.delta_rs else None
+        scope = apply.Scope(
+            session,
+            settings,
+            request.mv_name,
+            state.mv_version,
+            target.delta_rs,
+            reads,
+            mv_schema,
+            request.run_id,
+        )
+        try:
+            run = Run(settings, request, plan, state.ranges, state.watermark)
+            changes, detail = _apply(scope, run, commits, target)
+        finally:
+            scope.close()
+        result = _result(session, settings, request, state, changes, detail)
+    return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
+
+
+# ------------------------------------------------------------------------------------- preconditions
+
+
+def _check(spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan) -> _State:
+    current = read_watermark(spark, settings, request.mv_name)
+    mv_version = deltalog.current_version(spark, settings, request.mv_name)
+    if current is None or mv_version is None:
+        raise FastRefreshNotPossible("complete: first build")
+    bases = plan.base_tables
+    if set(current.watermark) != set(bases):
+        shown = ", ".join(sorted(current.watermark)) or "nothing"
+        raise FastRefreshNotPossible(
+            f"complete: the MV was last refreshed from {shown}, not {', '.join(sorted(bases))}"
+        )
+    ranges = {base: _range(spark, settings, request, current, base) for base in bases}
+    since, until = ranges[plan.base_table]
+    return _State(current, mv_version, since, until, ranges)
+
+
+def _range(
+    spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark, base: str
+) -> tuple[int, int]:
+    """The versions (since, until] of ``base`` the run applies, if its MV log holds their changes."""
+    log = mvlog.read_state(spark, settings, base)
+    if log is None:
+        raise FastRefreshNotPossible(f"complete: no MV log on {base}")
+    until = request.pinned[base]
+    since = current.watermark[base]
+    if until < since:
+        raise FastRefreshNotPossible(
+            f"complete: {base} is at v{until}, behind the MV's v{since} (re-created?)"
+        )
+    if log.start_version > since + 1:
+        raise FastRefreshNotPossible(
+            f"complete: the MV log on {base} starts at v{log.start_version}, after the MV's v{since}"
+        )
+    if log.retained_from > since + 1:
+        raise FastRefreshNotPossible(f"complete: change data before v{log.retained_from} was purged")
+    return since, until
+
+
+# Schema checks that passed, by what they depend on (see ``_check_schema_once``).
+_schemas_checked: set[tuple[object, ...]] = set()
+_schemas_lock = threading.Lock()
+
+
+def _check_schema_once(
+    spark: SparkSession,
+    settings: Settings,
+    request: RunRequest,
+    plan: FastRefreshPlan,
+    state: _State,
+    checksum: session_module.Checksum,
+) -> None:
+    """``_check_schema``, skipped when it already passed for the same query over the same MV and base
+    schemas (read from Delta's per-version checksum files, no Spark): it analyses the query, which
+    loads the base's snapshot at the pinned version, and a run would otherwise pay that twice (the
+    decision asks, the run checks again under the fence) and every run again."""
+    stamps = [checksum(request.mv_name, state.mv_version)]
+    stamps += [checksum(b, v) for b, v in sorted(request.pinned.items())]
+    schemas = [None if s is None else (s.get("metadata") or {}).get("schemaString") for s in stamps]
+    key = (request.mv_name, request.query, plan, tuple(settings.allowed_functions), *schemas)
+    known = all(isinstance(schema, str) for schema in schemas)
+    with _schemas_lock:
+        if known and key in _schemas_checked:
+            return
+    _check_schema(spark, settings, request, plan, state)
+    if known:
+        with _schemas_lock:
+            _schemas_checked.add(key)
+
+
+def _check_schema(
+    spark: SparkSession, settings: Settings, request: RunRequest, plan: FastRefreshPlan, state: _State
+) -> None:
+    """The MV table must have exactly the query's columns (an ALTERed query needs a complete refresh)."""
+    mv_name = request.mv_name
+    mv_schema = read_at(spark, settings, mv_name, state.mv_version).schema
+    session = session_module.run_session(spark)  # analysis only; a private session keeps the view private
+    bases = {base: read_at(session, settings, base, until) for base, (_, until) in state.ranges.items()}
+    try:
+        wanted = run_query(session, settings, request.query, bases, mv_name=mv_name).schema
+    finally:
+        for base in bases:
+            session.catalog.dropTempView(base)
+    have = [(f.name, f.dataType.simpleString()) for f in mv_schema.fields]
+    want = [(f.name, f.dataType.simpleString()) for f in wanted.fields]
+    if have != want:
+        raise FastRefreshNotPossible(
+            "complete: the MV table's columns "
+            f"({', '.join(f'{n} {t}' for n, t in have)}) differ from the query's "
+            f"({', '.join(f'{n} {t}' for n, t in want)})"
+        )
+    if KINDS[plan.kind].matches_rows and (odd := apply.unmatchable_columns(mv_schema)):
+        raise FastRefreshNotPossible(
+            f"complete: rows with MAP/VARIANT columns ({', '.join(odd)}) cannot be matched"
+        )
+
+
+# ----------------------------------------------------------------------------------------- the run
+
+
+def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
+    """A run session (the parent's SQL conf: time zone, ANSI…: results must match a complete refresh)
+    with its own commit confs; ``interpreted``: without code generation (``session.INTERPRETED``)."""
+    # A run handles small data (change rows, affected groups; big sides are joined by broadcast):
+    # without AQE each query is one job instead of one per stage (measured: half the jobs, and
+    # 15-30% faster). Results depend on neither.
+    child = session_module.run_session(spark, adaptive=False, codegen=not interpreted)
+    for key in COMMIT_CONFS:
+        child.conf.unset(key)
+    return child
+
+
+def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
+    """Commit the change its plan kind's rule computes; returns (number of change rows, what was done)."""
+    scope.step("read the change rows")
+    try:
+        change, shared = KINDS[run.plan.kind].change(scope, run)
+    except apply.Inconsistent as why:
+        raise _not_matching(why) from why
+    state = run.state_store(scope)
+    watermark = {table: until for table, (_, until) in run.ranges.items()}
+    change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
+    return change.change_rows, _detail(change, shared)
+
+
+def _detail(change: apply.Change, shared: bool) -> str:
+    return f"{change.plan}: {change.summary}" + (", change rows shared with another MV" if shared else "")
+
+
+def _not_matching(why: apply.Inconsistent) -> FastRefreshNotPossible:
+    return FastRefreshNotPossible(f"complete: MV content does not match its watermark ({why})")
+
+
+def _fenced_out(current: MvWatermark, epoch: int) -> RefreshResult:
+    """Not committed, as Delta's idempotent-write fence would not apply it or there is nothing to
+    apply: a newer epoch already wrote, this epoch already wrote this watermark, or an older epoch
+    wrote the pinned versions after the decision. A fence against stale owners and replays,
+    not a decision about the work (that is ``workers.worker.decision``)."""
+    if current.epoch == epoch:
+        why = "this watermark was already applied"
+    elif current.epoch < epoch:
+        why = f"the MV already reflects these versions (epoch {current.epoch} wrote them)"
+    else:
+        why = f"stale epoch {epoch}: epoch {current.epoch} already wrote"
+    return RefreshResult(
+        applied=False,
+        rows_written=0,
+        watermark_before=dict(current.watermark),
+        watermark_after=dict(current.watermark),
+        delta_version=current.delta_version,
+        message=f"skipped: {why}",
+    )
+
+
+def _result(
+    session: SparkSession, settings: Settings, request: RunRequest, state: _State, changes: int, detail: str
+) -> RefreshResult:
+    """Did our commit land (same detection as a complete refresh), and what it changed."""
+    found = complete.landed(session, settings, request, state.mv_version, state.watermark)
+    if not found.applied or found.delta_version is None:
+        return found
+    after = found.delta_version - 1
+    commit = next(deltalog.iter_commits(session, settings, request.mv_name, after=after))
+    metrics = commit.operation_metrics
+    if commit.operation == "MERGE":
+        keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+        written = sum(int(metrics.get(k, "0")) for k in keys)
+    else:
+        written = int(metrics.get("numOutputRows", "0"))
+    ranges = state.ranges.items()  # one base: "vA -> vB"; a join: "orders vA -> vB, customers …"
+    versions = ", ".join(f"{b + ' ' if len(ranges) > 1 else ''}v{s} -> v{u}" for b, (s, u) in ranges)
+    message = (
+        f"incremental: {changes} change rows applied ({versions}: {detail}), "
+        f"{written} MV rows written at version {found.delta_version}"
+    )
+    return replace(found, rows_written=written, message=message)
