@@ -34,16 +34,17 @@ def watch(
     task_ids: list[str],
     *,
     since_ms: int,
-    until: Callable[[], bool],
+    until: Callable[[list[Poll]], bool],
     every_s: float = 0.5,
     timeout_s: float = 120.0,
 ) -> list[Poll]:
-    """Poll until ``until()`` (at most ``timeout_s``). The history is read before the catalog in each
-    poll, so a run the poll counts as failed was reported before the state the same poll shows."""
+    """Poll until ``until(polls so far)`` (at most ``timeout_s``). The history is read before the
+    catalog in each poll, so a run the poll counts as failed was reported before the state the same
+    poll shows."""
     began = time.monotonic()
     pause = threading.Event()
     polls: list[Poll] = []
-    while not until():
+    while not until(polls):
         if time.monotonic() - began > timeout_s:
             raise AssertionError(f"the watch outlasted {timeout_s}s:\n" + "\n".join(p.line() for p in polls))
         at = time.monotonic() - began
@@ -59,6 +60,11 @@ def watch(
             polls.append(Poll(at, {}, {}, unreadable=str(exc)))
         pause.wait(every_s)
     return polls
+
+
+def failures_seen(polls: list[Poll], task_ids: list[str]) -> bool:
+    """The newest poll saw a failed run of every one of ``task_ids``."""
+    return bool(polls) and all(polls[-1].failed_runs.get(task_id, 0) > 0 for task_id in task_ids)
 
 
 def trace(polls: list[Poll]) -> str:

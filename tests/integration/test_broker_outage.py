@@ -66,7 +66,7 @@ def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, 
         step("outage: broker killed (kill -9)")
         append(spark, settings, "sales", rows(100, 5))  # the base moves on while the bus is away
         down_ms = int(time.time() * 1000)
-        during = watch(client, [], since_ms=down_ms, until=lambda: time.monotonic() - down_at >= OUTAGE_S)
+        during = watch(client, [], since_ms=down_ms, until=lambda _: time.monotonic() - down_at >= OUTAGE_S)
         step(f"outage: status at every poll while the broker is away:\n{trace(during)}")
         # Nothing to read while the broker is away: every poll says so (the client's own error).
         assert all(p.unreadable is not None for p in during[1:]), trace(during)
@@ -79,7 +79,7 @@ def test_the_fleet_rides_out_a_broker_outage(broker: EmbeddedKafka, spark: Any, 
             client,
             [],
             since_ms=down_ms,
-            until=lambda: all(mv_current(client, spark, settings, name) for name in MVS),
+            until=lambda _: all(mv_current(client, spark, settings, name) for name in MVS),
             timeout_s=240,
         )
         step(f"outage: status at every poll until caught up:\n{trace(after)}")
