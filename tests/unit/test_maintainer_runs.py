@@ -17,6 +17,7 @@ from tests.unit.maintainer_harness import (
     mv_log,
 )
 from workers.catalog.lifecycle import TaskState
+from workers.sched.executor_types import SubmitStatus
 from workers.sched.triggers import MIN_RUN_SPACING_S
 from workers.worker.maintainer import Due, Stop, Update
 
@@ -184,20 +185,26 @@ def test_priorities_through_a_one_slot_executor() -> None:
 
 
 def test_rejected_submission_is_recorded_and_retried() -> None:
-    h = Harness(slots=1, queue=1)  # room for the running run only
+    h = Harness(slots=1, queue=1)
     try:
         h.add(mv("blocker", "EVERY", 3_600_000))
         gate = h.runner.gate("mv:blocker")
         h.tick(settle=False)
         assert gate.started.wait(WAIT)
-        m = h.add(mv("late", "EVERY", 3_600_000))
-        h.tick(settle=False)
+        m = h.add(mv("late", "EVERY", 3_600_000))  # the host makes room for 2 runs: one per task
+        outsider = h.runner.gate("outsider")
+        assert (
+            h.executor.submit("outsider", lambda _t: outsider.pass_through(), priority=0)
+            is SubmitStatus.ACCEPTED
+        )
+        h.tick(settle=False)  # no room left for "late"
         rejected = h.runs("mv:late")[-1]
         assert rejected["state"] == "ERROR" and "queue is full" in rejected["message"]
         assert m.state is TaskState.NORMAL and m.attempt == 0  # capacity is not the task's failure
         assert h.executor.metrics().rejected == 1
         assert h.due.due_at("mv:late") == pytest.approx(h.clock.monotonic() + 1.0)
         gate.release.set()
+        outsider.release.set()
         h.settle()
         h.clock.advance(1.0)
         h.tick()

@@ -6,6 +6,14 @@ scheduled while executing is re-run once after it, never concurrently). Seed 000
 timeout *does* cancel the body (token + ``on_cancel``, e.g. cancel the Spark job group) and frees
 the slot at once; seed 000 risk 5: after ``shutdown`` every submit is REJECTED, never a crash.
 
+Two bounds, both counted as ``rejected`` (with a rate-limited warning): ``queue_size`` (ClickHouse:
+running plus queued; a try-submit beyond it is turned away) and time: a run that could not start by
+its ``start_by`` (when its task is due again) shows the pool cannot carry the load, and the due run
+at that time is turned away. The queued run keeps its place and serves it (a refresh reads its base
+tables when it starts), so an overload neither loses a task nor piles up runs; a burst the pool
+drains before its tasks are due again waits in the queue and is never turned away. A worker sizes
+``queue_size`` to the tasks it owns (``set_queue_size``): one queued run per key fits them all.
+
 This module is the executor's state and lock: admission, coalescing, cancellation, timeouts
 and outcome delivery. The queue is ``run_queue``, the threads ``worker_pool`` and ``watchdog``,
 the value types ``executor_types``.
@@ -21,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workers.sched.clock import Clock, SystemClock
+from workers.sched.due import DueQueue
 from workers.sched.executor_types import (
     EXECUTOR_COUNTERS,
     CancelToken,
@@ -76,6 +85,7 @@ class BoundedExecutor:
         self._queue_size = max(queue_size, max_concurrency)  # as ClickHouse: never below the slots
         self._cond = threading.Condition()
         self._queued = RunQueue()
+        self._start_by: DueQueue[str] = DueQueue()  # queued keys by when their task is due again
         self._running: dict[str, Run] = {}  # hold a slot
         self._zombies: dict[str, Run] = {}  # timed out, body still executing: no slot, key busy
         self._delivering: set[str] = set()  # outcome being delivered: key busy
@@ -101,14 +111,17 @@ class BoundedExecutor:
         on_done: Callable[[RunOutcome], None] | None = None,
         on_cancel: Callable[[], None] | None = None,
         wait_s: float | None = 0.0,
+        start_by: float | None = None,
     ) -> SubmitStatus:
         """Queue a run of ``key``. ``wait_s``: 0 try once, None block for room, > 0 wait that long.
 
-        ``timeout_s`` counts from the start of the run, on the executor's clock.
+        ``timeout_s`` counts from the start of the run, on the executor's clock. ``start_by`` (the
+        executor's clock): when the key's task is due again; still queued then, the run counts one
+        rejection (see the module doc) and stays queued.
         """
         if timeout_s is not None and timeout_s <= 0:
             timeout_s = None  # as seed 000: no timeout
-        job = Job(key, fn, int(priority), timeout_s, on_done, on_cancel)
+        job = Job(key, fn, int(priority), timeout_s, on_done, on_cancel, start_by)
         give_up = None if wait_s is None else time.monotonic() + max(wait_s, 0.0)  # real time: we block
         after = _After()
         with self._cond:
@@ -117,6 +130,7 @@ class BoundedExecutor:
                     return self._reject_locked(key, "shut down")
                 if key in self._queued:
                     self._queued.coalesce(job)
+                    self._watch_start_by_locked(key, start_by)  # the earliest one counts
                     self._counts["coalesced"] += 1
                     return SubmitStatus.COALESCED
                 if self._executing_locked(key):
@@ -145,6 +159,7 @@ class BoundedExecutor:
         after = _After()
         with self._cond:
             job = self._queued.remove(key)
+            self._start_by.remove(key)
             dropped = self._again.pop(key, None) is not None
             run = self._running.get(key)
             if job is not None:
@@ -169,7 +184,8 @@ class BoundedExecutor:
             return self._queued.promote(key, int(priority))
 
     def check_timeouts(self) -> list[str]:
-        """Time out runs past their deadline: token set, ``on_cancel``, outcome, slot freed now.
+        """Time out runs past their deadline: token set, ``on_cancel``, outcome, slot freed now; and
+        count each queued run past its ``start_by`` as rejected (once). Returns the timed-out keys.
 
         The watchdog thread calls this; with a manual clock, tests call it after ``advance``.
         """
@@ -177,6 +193,8 @@ class BoundedExecutor:
         expired: list[str] = []
         with self._cond:
             now = self._clock.monotonic()
+            for key in self._start_by.pop_due(now):
+                self._reject_locked(key, "not started before its task was due again")
             for key, run in list(self._running.items()):
                 if run.deadline is None or run.deadline > now:
                     continue
@@ -211,6 +229,13 @@ class BoundedExecutor:
             self._dispatch_locked(after)
             self._cond.notify_all()
         self._after(after)
+
+    def set_queue_size(self, n: int) -> None:
+        """Bound running plus queued runs by ``n`` (never below the slots); a smaller bound turns
+        away new submits only, nothing queued."""
+        with self._cond:
+            self._queue_size = max(n, self._max)
+            self._cond.notify_all()  # blocked submitters may have room now
 
     @property
     def max_concurrency(self) -> int:
@@ -255,6 +280,7 @@ class BoundedExecutor:
             if not self._closed:
                 self._closed = True
                 now = self._clock.monotonic()
+                self._start_by.clear()
                 for job in self._queued.drain():
                     self._counts["canceled"] += 1
                     self._outcome_locked(after, job, RunOutcome(job.key, None, None, False, True, now, now))
@@ -284,7 +310,16 @@ class BoundedExecutor:
 
     def _enqueue_locked(self, job: Job) -> None:
         self._queued.push(job)
+        self._watch_start_by_locked(job.key, job.start_by)
         self._counts["submitted"] += 1
+
+    def _watch_start_by_locked(self, key: str, start_by: float | None) -> None:
+        current = self._start_by.due_at(key)
+        if start_by is None or (current is not None and current <= start_by):
+            return
+        self._start_by.schedule(key, start_by)
+        if self._watchdog is not None:
+            self._watchdog.wake_if_sooner(start_by)
 
     def _release_locked(self, key: str) -> None:
         """Once ``key`` is no longer busy, its coalesced re-run joins the queue."""
@@ -300,6 +335,7 @@ class BoundedExecutor:
             job = self._queued.pop_next()
             if job is None:
                 return
+            self._start_by.remove(job.key)
             now = self._clock.monotonic()
             deadline = None if job.timeout_s is None else now + job.timeout_s
             run = Run(job, started=now, deadline=deadline)
@@ -385,8 +421,11 @@ class BoundedExecutor:
         self._after(after)
 
     def _deadlines(self) -> list[float]:
-        """The deadlines of the runs holding a slot (lock held: the watchdog's sleep)."""
-        return [run.deadline for run in self._running.values() if run.deadline is not None]
+        """The deadlines of the runs holding a slot, and the soonest ``start_by`` of a queued run
+        (lock held: the watchdog's sleep)."""
+        deadlines = [run.deadline for run in self._running.values() if run.deadline is not None]
+        soonest = self._start_by.next_due()
+        return deadlines if soonest is None else [*deadlines, soonest]
 
 
 def _guarded(fn: Callable[[], object], what: str) -> None:

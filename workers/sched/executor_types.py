@@ -85,7 +85,7 @@ class ExecutorMetrics:
     completed: int
     failed: int
     timeout: int
-    rejected: int
+    rejected: int  # submits turned away (queue full, shut down); queued runs not started by start_by
     canceled: int
     coalesced: int = 0
     zombies: int = 0  # timed-out bodies that have not returned yet (hold no slot)

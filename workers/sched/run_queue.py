@@ -25,6 +25,7 @@ class Job:
     timeout_s: float | None
     on_done: Callable[[RunOutcome], None] | None
     on_cancel: Callable[[], None] | None
+    start_by: float | None = None  # when its task is due again (executor clock); None: no such time
 
 
 class RunQueue:

@@ -22,6 +22,10 @@ is issued to (its owner, or whoever claims it after the owner died) removes its 
 DROP_RETRY_S while the warehouse refuses — and then reports it DROPPED at that epoch in every
 heartbeat until the catalog no longer has it; the coordinator then removes the task and frees the name.
 
+Run queue: the executor's bound is the number of tasks this worker owns or drains (each has at
+most one queued run), so a burst of every owned task falling due at once waits in the queue and is
+never turned away; what shows an overload is a run not started before its task is due again.
+
 Threads: maintainers run on the loop thread (``pollers=0``, deterministic) or on poller threads; they
 reach the host only through ``MaintainerEnv`` (outbox, dirty marks), which is thread-safe.
 """
@@ -166,7 +170,12 @@ class TaskHost:
         self.partition_of[task["task_id"]] = partition
         self.mailboxes.register(task["task_id"], maintainer)
         self.mark_dirty(task["task_id"])
+        self._fit_run_queue()
         return maintainer
+
+    def _fit_run_queue(self) -> None:
+        """Room in the executor for one run of every task this worker owns or drains (module doc)."""
+        self.executor.set_queue_size(len(self.owned) + len(self.draining))
 
     def _drop(self, task: Record) -> None:
         """A DROPPING record issued to us: stop the task, then remove its data (see the module doc)."""
@@ -195,11 +204,13 @@ class TaskHost:
             self.draining[task_id] = maintainer
             if dropping is not None:
                 self._drop_after_drain[task_id] = dropping
-            return
+        else:
+            if maintainer is not None:
+                self.mailboxes.unregister(task_id)
+            if dropping is not None:
+                self._remove_data(dropping)
         if maintainer is not None:
-            self.mailboxes.unregister(task_id)
-        if dropping is not None:
-            self._remove_data(dropping)
+            self._fit_run_queue()
 
     def _remove_data(self, dropping: Record) -> None:
         """Delete a dropped task's table (and MV log / helper state); report it DROPPED once gone, or
@@ -260,6 +271,7 @@ class TaskHost:
             else:
                 self.mailboxes.unregister(task_id)
             self._mark_removed(task_id)
+        self._fit_run_queue()
         return leaving
 
     def reconcile(self, catalog: Mapping[str, Record]) -> None:
@@ -377,6 +389,7 @@ class TaskHost:
                 deferred = self._deferred.pop(task_id, None)
                 if deferred is not None:
                     self.add_task_safely(*deferred)
+                self._fit_run_queue()
 
     def close(self, timeout_s: float) -> None:
         """Await (or give up on) every run; their outcomes go to the outbox, dropped data goes."""

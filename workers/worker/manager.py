@@ -62,9 +62,10 @@ class Manager(LoopRole):
         self.clock = clock or SystemClock()
         self.bus: Bus = bus if bus is not None else KafkaBus(settings)
         self.metrics = metrics if metrics is not None else process_metrics()
+        # The host sizes the queue to the tasks it owns (workers/worker/host.py).
         executor = BoundedExecutor(
             settings.max_concurrent_runs,
-            queue_size=max(64, settings.max_concurrent_runs),
+            queue_size=settings.max_concurrent_runs,
             clock=self.clock,
             name="runs",
         )

@@ -58,5 +58,16 @@ def next_due(
     )
 
 
+def due_again(
+    task: Record, *, now: float, data_time: float | None, last_duration: float | None
+) -> float | None:
+    """When the task would be due again had a run started ``now`` (None: only a command runs it,
+    or a spec no DDL check let through): a run still queued then cannot serve its time."""
+    try:
+        return next_due(task, now=now, last_started=now, data_time=data_time, last_duration=last_duration)
+    except ValueError:
+        return None
+
+
 def _seconds(interval_ms: int | None) -> float | None:
     return None if interval_ms is None else interval_ms / 1000
