@@ -32,10 +32,12 @@ from workers.kafka.probe import AuthenticationFailed as BusAuthenticationFailed
 from workers.kafka.probe import BrokerUnreachable, TopicMissing, bounded, probe, producer_options
 from workers.kafka.typed import BusError, Message, TypedConsumer, TypedProducer, latest_by_key, read_to_end
 from workers.records import Record
+from workers.task_view import with_newest_runs
 from workers.topics import TopicConfigError, ddl_topic
 
 T = TypeVar("T")
 RECENT_HEARTBEATS = 2000  # enough to hold every live worker's newest heartbeat
+RECENT_RUNS = 2000  # per partition: runs the catalog may not have heard of yet are among the newest
 _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
 )
@@ -137,9 +139,10 @@ def task_id_of(name: str) -> str:
 
 @dataclass(frozen=True)
 class StatusSnapshot:
-    """What ``mvs status`` and ``GET /mvs`` show: the catalog, the live roles (role name → the
-    partitions it holds), each worker's last loop error, the newest Delta version of every base
-    table an MV reads (None: no table or unreadable), and what could not be read (``notes``)."""
+    """What ``mvs status`` and ``GET /mvs`` show: the catalog (brought up to the newest run records:
+    ``workers.task_view``), the live roles (role name → the partitions it holds), each role's last
+    loop error, the DDL records no coordinator has applied yet, the newest Delta version of every
+    base table an MV reads (None: no table or unreadable), and what could not be read (``notes``)."""
 
     tasks: dict[str, Record]
     coordinators: dict[str, list[int]]
@@ -148,6 +151,7 @@ class StatusSnapshot:
     versions: dict[str, int | None]
     notes: list[str]
     at_ms: int
+    ddl_lag: int | None = None  # DDL records no coordinator has applied yet (None: unknown)
 
     def latest_version(self, table: str) -> int | None:
         return self.versions.get(table)
@@ -264,9 +268,32 @@ class MvsClient:
         messages = self._read("catalog", Deadline(timeout_s))
         return {key: m.value for key, m in latest_by_key(messages).items() if m.value is not None}
 
+    def shown_tasks(
+        self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S
+    ) -> tuple[dict[str, Record], str | None]:
+        """The catalog as the views show it: brought up to the newest run records
+        (``workers.task_view``), and a note when the runs could not be read (then it is the catalog)."""
+        deadline = Deadline(timeout_s)
+        tasks = self.tasks(timeout_s=deadline.remaining())
+        try:  # read after the catalog: a run it has not heard of yet is among these
+            recent = self._read("runs", Deadline(deadline.remaining()), last=RECENT_RUNS)
+        except MvsClientError as exc:
+            return tasks, f"runs: {exc}"
+        return with_newest_runs(tasks, [m.value for m in recent if m.value is not None]), None
+
+    def ddl_lag(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> int:
+        """DDL records published that no coordinator has applied yet: the DDL topic's end offset less
+        the coordinator group's committed one (it commits each record with the effects it applied)."""
+        deadline = Deadline(timeout_s)
+        settings = self.connect(deadline, reads=["ddl"])
+        with _bus_errors(), TypedConsumer(settings, group_id=self.settings.group("coordinator")) as consumer:
+            low, high = consumer.end_offsets("ddl", [0])[0]
+            committed = consumer.committed("ddl", [0], timeout_s=deadline.remaining())[0]
+        return max(0, high - (low if committed is None else committed))
+
     def loop_errors(self, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S) -> dict[str, str | None]:
-        """Worker id → the last error its loop survived (None: none), from each worker's newest
-        heartbeat among the recent ones (workers heartbeat at least every few seconds)."""
+        """Role name → the last error its loop survived (None: none), from each worker's and each
+        coordinator's newest heartbeat among the recent ones (both send one every few seconds)."""
         messages = self._read("coordinator", Deadline(timeout_s), last=RECENT_HEARTBEATS)
         return {key: (m.value or {}).get("loop_error") for key, m in latest_by_key(messages).items()}
 
@@ -319,9 +346,9 @@ class MvsClient:
         from workers.warehouse import latest_version
 
         deadline = Deadline(timeout_s)
-        tasks = self.tasks(timeout_s=deadline.remaining())
+        tasks, runs_note = self.shown_tasks(timeout_s=deadline.remaining())
+        notes: list[str] = [runs_note] if runs_note else []
         checked = self.connect(Deadline(deadline.remaining()))
-        notes: list[str] = []
         owners: list[dict[str, list[int]]] = []
         for role in ("coordinator", "workers"):
             try:
@@ -340,13 +367,18 @@ class MvsClient:
                 if note not in notes:
                     notes.append(note)
         loop_errors: dict[str, str | None] = {}
-        if owners[1]:
+        if owners[0] or owners[1]:
             try:
                 loop_errors = self.loop_errors(timeout_s=deadline.remaining())
             except MvsClientError as exc:
                 notes.append(f"loop errors: {exc}")
+        ddl_lag: int | None = None
+        try:
+            ddl_lag = self.ddl_lag(timeout_s=deadline.remaining())
+        except MvsClientError as exc:
+            notes.append(f"ddl lag: {exc}")
         at_ms = time.time_ns() // 1_000_000
-        return StatusSnapshot(tasks, owners[0], owners[1], loop_errors, versions, notes, at_ms)
+        return StatusSnapshot(tasks, owners[0], owners[1], loop_errors, versions, notes, at_ms, ddl_lag)
 
     def history_snapshot(
         self, task_id: str | None, limit: int, *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S

@@ -7,3 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 Record = dict[str, Any]
+# The RunSummary (a task's ``last_run``, a status's) is these fields of a RunRecord.
+_SUMMARY_FIELDS = ("run_id", "trigger", "state", "started_at", "ended_at", "rows_written", "message")
+
+
+def run_summary(record: Record) -> Record:
+    """The RunSummary of a RunRecord."""
+    return {key: record[key] for key in _SUMMARY_FIELDS}

@@ -37,12 +37,12 @@ def _table_versions(versions: dict[str, int]) -> str:
 
 
 def _has_lag(task: Record) -> bool:
-    return task["kind"] == "MV" and task.get("mv") is not None and task["state"] != "FAILED"
+    return task["kind"] == "MV" and task.get("mv") is not None and task["state"] not in ("FAILED", "DROPPING")
 
 
 def behind_versions(task: Record, latest_version: Callable[[str], int | None]) -> int | None:
-    """How many base-table versions the MV is behind; None for an MV log or a failed MV, and when
-    a base table's version is unknown."""
+    """How many base-table versions the MV is behind; None for an MV log, a failed or dropping MV,
+    and when a base table's version is unknown."""
     if not _has_lag(task):
         return None
     behind = 0
@@ -118,18 +118,23 @@ def members_table(
     workers: dict[str, list[int]],
     tasks: dict[str, Record],
     loop_errors: Mapping[str, str | None] | None = None,
+    ddl_lag: int | None = None,
 ) -> str:
     """The live roles, from their consumer groups: the coordinator holding the DDL partition is the
-    active one; each worker with the manager partitions it holds, the tasks the catalog gives it, and
-    the last error its loop survived (from its newest heartbeat)."""
+    active one, with the DDL records not applied yet (``ddl_lag``); each worker with the manager
+    partitions it holds and the tasks the catalog gives it; each role with the last error its loop
+    survived (from its newest heartbeat)."""
     errors = loop_errors or {}
     rows: list[list[object]] = []
     for name in sorted(coordinators):
-        rows.append(["coordinator", name, "active" if 0 in coordinators[name] else "standby", "-", "-", "-"])
+        active = 0 in coordinators[name]
+        lag = "-" if not active or ddl_lag is None else ddl_lag
+        state = "active" if active else "standby"
+        rows.append(["coordinator", name, state, "-", "-", lag, errors.get(name) or "-"])
     for name in sorted(workers):
         owned = sum(1 for task in tasks.values() if task.get("owner") == name)
-        rows.append(["worker", name, "member", _ranges(workers[name]), owned, errors.get(name) or "-"])
-    headers = ["ROLE", "NAME", "STATE", "PARTITIONS", "TASKS", "LAST LOOP ERROR"]
+        rows.append(["worker", name, "member", _ranges(workers[name]), owned, "-", errors.get(name) or "-"])
+    headers = ["ROLE", "NAME", "STATE", "PARTITIONS", "TASKS", "DDL LAG", "LAST LOOP ERROR"]
     return table(headers, rows) if rows else "no live roles"
 
 

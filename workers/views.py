@@ -84,6 +84,7 @@ class RoleJson(TypedDict):
     state: str
     partitions: list[int]
     tasks: int | None
+    ddl_lag: int | None
     last_loop_error: str | None
 
 
@@ -227,7 +228,13 @@ def task_json(task: Record, lag_versions: int | None) -> TaskJson:
 
 
 def _role(
-    role: str, name: str, state: str, partitions: list[int], tasks: int | None, loop_error: str | None
+    role: str,
+    name: str,
+    state: str,
+    partitions: list[int],
+    tasks: int | None,
+    loop_error: str | None,
+    ddl_lag: int | None = None,
 ) -> RoleJson:
     return {
         "role": role,
@@ -235,6 +242,7 @@ def _role(
         "state": state,
         "partitions": sorted(partitions),
         "tasks": tasks,
+        "ddl_lag": ddl_lag,
         "last_loop_error": loop_error,
     }
 
@@ -244,12 +252,15 @@ def roles_json(
     workers: Mapping[str, list[int]],
     tasks: Mapping[str, Record],
     loop_errors: Mapping[str, str | None],
+    ddl_lag: int | None = None,
 ) -> list[RoleJson]:
     """The live roles, as ``workers.status.members_table`` shows them."""
     roles: list[RoleJson] = []
     for name in sorted(coordinators):
-        state = "active" if 0 in coordinators[name] else "standby"
-        roles.append(_role("coordinator", name, state, coordinators[name], None, None))
+        active = 0 in coordinators[name]
+        lag = ddl_lag if active else None
+        state = "active" if active else "standby"
+        roles.append(_role("coordinator", name, state, coordinators[name], None, loop_errors.get(name), lag))
     for name in sorted(workers):
         owned = sum(1 for task in tasks.values() if task.get("owner") == name)
         roles.append(_role("worker", name, "member", workers[name], owned, loop_errors.get(name)))
@@ -271,7 +282,9 @@ def status_json(snapshot: StatusSnapshot, namespace: str) -> StatusJson:
         "generated_at": _iso(snapshot.at_ms),
         "generated_at_ms": snapshot.at_ms,
         "tasks": [snapshot_task_json(snapshot, task_id) for task_id in sorted(tasks)],
-        "roles": roles_json(snapshot.coordinators, snapshot.workers, tasks, snapshot.loop_errors),
+        "roles": roles_json(
+            snapshot.coordinators, snapshot.workers, tasks, snapshot.loop_errors, snapshot.ddl_lag
+        ),
         "notes": list(snapshot.notes),
     }
 

@@ -43,11 +43,14 @@ from tests.support.fleet import (
 )
 from tests.support.processes import Fleet
 from workers.cli import main as cli_main
+from workers.client import StatusSnapshot
 from workers.config import Settings
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import one_broker_settings
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
+from workers.status import members_table, status_table
+from workers.views import status_json
 from workers.warehouse import latest_version, table_exists
 
 pytestmark = pytest.mark.integration
@@ -207,7 +210,8 @@ def test_lifecycle_preconditions_through_the_users_path(
         what="broken resumed and failed again",
     )
     assert cli(capsys, "DROP MATERIALIZED VIEW broken")[:2] == (0, "OK mv:broken")
-    assert h.task("mv:broken") is None
+    # The task is DROPPING until its owner has removed its data; then it is gone.
+    wait_until(lambda: h.task("mv:broken") is None, timeout_s=60, what="broken's drop finished")
     for name in ("life", "probe", "shaky"):
         h.ok(f"DROP MATERIALIZED VIEW {name}")
 
@@ -435,3 +439,106 @@ def test_sigterm_hands_off_without_a_failed_run(h: Harness) -> None:
         what="catalog: the new owner",
     )
     assert task["state"] == "NORMAL" and task["epoch"] == done["epoch"]
+
+
+# -- the coordinator's health (issue 32) -----------------------------------------------------------
+def test_status_shows_the_coordinators_health_and_ddl_not_applied_yet(h: Harness) -> None:
+    coordinator = next(r for r in h.fleet.roles if r.kind == "coordinator" and r.alive)
+
+    def reported() -> StatusSnapshot | None:
+        snapshot = h.client.status_snapshot()
+        active = snapshot.coordinators.get(coordinator.name) == [0]
+        return snapshot if active and coordinator.name in snapshot.loop_errors else None
+
+    snapshot = wait_until(reported, timeout_s=60, what=f"{coordinator.name}'s own heartbeat")
+    assert snapshot.ddl_lag == 0, "every DDL applied"
+    (row,) = [r for r in status_json(snapshot, "fleet")["roles"] if r["name"] == coordinator.name]
+    assert (row["role"], row["state"], row["ddl_lag"]) == ("coordinator", "active", 0)
+    own = [
+        m.value
+        for m in read_to_end(h.settings, "coordinator")
+        if m.key == coordinator.name and m.value is not None
+    ]
+    assert own and own[-1]["coordinator_active"] is True and own[-1]["statuses"] == []
+
+    name = f"lagging{uuid.uuid4().hex[:6]}"
+    coordinator.freeze()  # a coordinator that applies nothing: the DDL published meanwhile waits
+    try:
+        h.client.execute(
+            f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS {BY_REGION}", wait=False
+        )
+        behind = wait_until(
+            lambda: (s := h.client.status_snapshot()).ddl_lag == 1 and s,
+            timeout_s=30,
+            what="a DDL not applied",
+        )
+        table = members_table(behind.coordinators, behind.workers, behind.tasks, behind.loop_errors, 1)
+        assert "DDL LAG" in table.splitlines()[0]
+    finally:
+        coordinator.thaw()
+    wait_until(lambda: h.client.status_snapshot().ddl_lag == 0, timeout_s=120, what="the DDL applied")
+    h.wait_run(f"mv:{name}", states={"COMPLETED"})
+    h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- a drop outlives its worker (issue 32) ---------------------------------------------------------
+def _dropped_reports(h: Harness, task_id: str) -> list[tuple[str, int]]:
+    """(worker, epoch) of every heartbeat status reporting ``task_id``'s data removed."""
+    return [
+        (m.value["worker_id"], status["epoch"])
+        for m in read_to_end(h.settings, "coordinator")
+        if m.value
+        for status in m.value["statuses"]
+        if status["task_id"] == task_id and status["state"] == "DROPPED"
+    ]
+
+
+def test_a_drop_whose_worker_dies_before_removing_the_table_is_finished_by_another(h: Harness) -> None:
+    if len(h.live_workers()) < 2:
+        h.new_worker()  # the SIGTERM test leaves one
+    first, second = h.pair()
+    for worker in (first, second):
+        h.wait_warm(worker)
+    name = name_on(h, "doomed", on=first.name)
+    task_id, create = (
+        f"mv:{name}",
+        f"CREATE MATERIALIZED VIEW {name} REFRESH COMPLETE ON DEMAND AS {BY_REGION}",
+    )
+    h.ok(create)
+    built = h.wait_run(task_id, states={"COMPLETED"})
+    victim = next(w for w in (first, second) if w.name == built["worker_id"])
+    survivor = second if victim is first else first
+    assert table_exists(h.settings, name)
+    step(f"drop: {name} built on {victim.name}; freezing it, then DROP")
+
+    victim.freeze()  # it never acts on the DROP: it dies between the DROP and the table's removal
+    h.ok(f"DROP MATERIALIZED VIEW {name}")
+    snapshot = h.client.status_snapshot()
+    assert snapshot.tasks[task_id]["state"] == "DROPPING", "`mvs status` shows the drop in progress"
+    assert "DROPPING" in status_table(snapshot.tasks, snapshot.latest_version)
+    refused = h.sql(create)
+    assert refused["error"]["code"] == 1002 and "is being dropped" in refused["error"]["message"], refused
+    victim.kill()
+    step(f"drop: {victim.name} killed with {name}'s table still there: {table_exists(h.settings, name)}")
+
+    wait_until(
+        lambda: h.task(task_id) is None, timeout_s=120, what=f"{name}'s drop finished by another worker"
+    )
+    step(f"drop: {name} gone from the catalog")
+    assert not table_exists(h.settings, name)
+    reports = _dropped_reports(h, task_id)
+    assert reports and {worker for worker, _ in reports} == {survivor.name}, reports
+    # The survivor removed it under the epoch the coordinator issued it, above the DROP's own.
+    history = [m.value for m in read_to_end(h.settings, "catalog") if m.key == task_id]
+    dropping = [t for t in history if t is not None and t["state"] == "DROPPING"]
+    assert dropping[0]["owner"] == victim.name and history[-1] is None
+    assert max(epoch for _, epoch in reports) == dropping[-1]["epoch"] > dropping[0]["epoch"]
+    assert dropping[-1]["owner"] == survivor.name
+
+    mark = h.mark()
+    h.ok(create)  # the name is free again
+    rebuilt = h.wait_run(task_id, states={"COMPLETED"}, after=mark)
+    assert rebuilt["worker_id"] == survivor.name
+    assert mv_rows(h, name) == query_rows(h, BY_REGION, "orders")
+    h.ok(f"DROP MATERIALIZED VIEW {name}")
+    wait_until(lambda: h.task(task_id) is None, timeout_s=60, what=f"{name} dropped again")

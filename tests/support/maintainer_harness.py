@@ -65,6 +65,7 @@ class FakeRunner:
         self.version_reads = 0
         self.cancelled: list[str] = []
         self.dropped: list[str] = []
+        self.drop_failures = 0  # the next drops that fail (the warehouse away)
         self._lock = threading.Lock()
         self._errors: dict[str, list[BaseException]] = {}
         self._gates: dict[str, Gate] = {}
@@ -115,6 +116,9 @@ class FakeRunner:
             gate.cancel()
 
     def drop(self, task: Record) -> None:
+        if self.drop_failures:
+            self.drop_failures -= 1
+            raise OSError("object store unreachable")
         self.dropped.append(task["task_id"])
 
 

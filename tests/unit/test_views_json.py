@@ -109,7 +109,11 @@ def test_an_mv_log_task_reads_its_base_table_and_has_no_lag() -> None:
 
 
 def test_status_lists_tasks_by_id_with_lag_from_the_warehouse_and_the_live_roles() -> None:
-    document = status_json(snapshot(notes=["roles: not authorized"]), "mvs")
+    away = "2026-01-01 00:00:20Z: BusError: broker away (1 in a row)"
+    loop_errors = {"host-1234-abcdef": None, "c2": away}
+    document = status_json(
+        snapshot(notes=["roles: not authorized"], loop_errors=loop_errors, ddl_lag=0), "mvs"
+    )
     assert list(document) == ["namespace", "generated_at", "generated_at_ms", "tasks", "roles", "notes"]
     assert document["generated_at"] == "2026-01-01T00:00:30.000Z"
     assert [t["task_id"] for t in document["tasks"]] == ["mv:sales_by_region", "mvlog:sales"]
@@ -117,11 +121,11 @@ def test_status_lists_tasks_by_id_with_lag_from_the_warehouse_and_the_live_roles
     assert [t["lag_versions"] for t in document["tasks"]] == [3, None]
     assert document["roles"] == [
         {"role": "coordinator", "name": "c1", "state": "active", "partitions": [0], "tasks": None,
-         "last_loop_error": None},
+         "ddl_lag": 0, "last_loop_error": None},
         {"role": "coordinator", "name": "c2", "state": "standby", "partitions": [], "tasks": None,
-         "last_loop_error": None},
+         "ddl_lag": None, "last_loop_error": "2026-01-01 00:00:20Z: BusError: broker away (1 in a row)"},
         {"role": "worker", "name": "host-1234-abcdef", "state": "member", "partitions": [0, 1, 2],
-         "tasks": 1, "last_loop_error": None},
+         "tasks": 1, "ddl_lag": None, "last_loop_error": None},
     ]  # fmt: skip
     assert document["notes"] == ["roles: not authorized"]
     assert json.loads(json.dumps(document)) == document

@@ -18,6 +18,11 @@ class TaskState(StrEnum):
     FAILED = "FAILED"
     PAUSED = "PAUSED"
     FINISHED = "FINISHED"
+    # Dropped by the user; its table (and MV log / helper state) not removed yet: the name stays taken
+    # until the owner (whichever worker has the task now) reports it DROPPED.
+    DROPPING = "DROPPING"
+    # Only in a worker's report (MaintainerStatus): the data is gone; the coordinator removes the task.
+    DROPPED = "DROPPED"
 
 
 class Action(StrEnum):
@@ -34,15 +39,19 @@ RUNNABLE = frozenset({TaskState.NORMAL, TaskState.WARNING})
 
 @dataclass(frozen=True)
 class Transition:
-    new_state: TaskState | None  # None: the task is removed
+    new_state: TaskState
     raise_epoch: bool
     noop: bool = False  # accepted but nothing changes (e.g. a repeated pause)
 
 
 def transition(state: TaskState, action: Action) -> Transition:
     """The transition for ``action`` from ``state``; raises MvsError(1001) when refused."""
+    if state is TaskState.DROPPING:
+        if action is Action.DROP:
+            return Transition(state, raise_epoch=False, noop=True)
+        raise _refused(action, state, "the task is being dropped")
     if action is Action.DROP:
-        return Transition(None, raise_epoch=True)
+        return Transition(TaskState.DROPPING, raise_epoch=True)
     if state is TaskState.FAILED:
         # The way back once the cause is fixed (e.g. a dropped base table created again): a new
         # epoch in NORMAL with the error cleared, which the owner runs at once. REFRESH says the

@@ -118,7 +118,9 @@ def _status_output(settings: Settings, args: argparse.Namespace) -> str:
 
         return json.dumps(status_json(snapshot, settings.namespace))
     tables = status_table(snapshot.tasks, snapshot.latest_version) + "\n\n"
-    tables += members_table(snapshot.coordinators, snapshot.workers, snapshot.tasks, snapshot.loop_errors)
+    tables += members_table(
+        snapshot.coordinators, snapshot.workers, snapshot.tasks, snapshot.loop_errors, snapshot.ddl_lag
+    )
     return tables + notes_text(snapshot.notes)
 
 

@@ -165,7 +165,14 @@ def _new_task_id(task_id: str, problem: str | None, tasks: Mapping[str, Record],
     """``task_id`` for a new task, unless its name has a ``problem`` (1001) or it exists (1002)."""
     if problem is not None:
         raise _invalid(problem)
-    if task_id in tasks:
+    existing = tasks.get(task_id)
+    if existing is not None and existing["state"] == TaskState.DROPPING.value:
+        raise MvsError(
+            ErrorCode.DUPLICATE,
+            f"{what} is being dropped: its data is not removed yet (`mvs status` shows it DROPPING); "
+            "create it again once it is gone",
+        )
+    if existing is not None:
         raise MvsError(ErrorCode.DUPLICATE, f"{what} already exists")
     return task_id
 
@@ -240,9 +247,14 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
     if step.raise_epoch:
         task["epoch"] += 1
     task["updated_at"] = ctx.now_ms
-    if step.new_state is None:
-        effects.catalog[task_id] = None
-        effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx, include_task=False))
+    if step.new_state is TaskState.DROPPING:
+        # Durable: the task stays, DROPPING, until its owner (whichever worker has it by then)
+        # reports its data removed at this epoch (heartbeats.py); only then is the name free.
+        task["state"] = step.new_state.value
+        task["error"] = None
+        task["next_run_at"] = None
+        effects.catalog[task_id] = task
+        effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
     elif action is Action.REFRESH and step.new_state is state:
         effects.maintainer.append(maintainer_command("REFRESH_NOW", task, ctx))
     elif action is Action.CANCEL:

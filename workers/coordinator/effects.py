@@ -101,6 +101,10 @@ def new_task(
     }
 
 
+# A failed MV reads nothing until resumed (then it may refresh completely); a dropping one never again.
+_HOLD_NO_SAFEPOINT = frozenset({TaskState.FAILED.value, TaskState.DROPPING.value})
+
+
 def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
     """Lowest watermark on ``base_table`` among the live MVs that read it (None: no MV reads it).
 
@@ -109,7 +113,7 @@ def safepoint_for(base_table: str, tasks: Mapping[str, Record]) -> int | None:
     """
     marks: list[int] = []
     for task in tasks.values():
-        if task["kind"] != "MV" or task["state"] == TaskState.FAILED.value or task.get("mv") is None:
+        if task["kind"] != "MV" or task["state"] in _HOLD_NO_SAFEPOINT or task.get("mv") is None:
             continue
         if base_table in task["mv"]["base_tables"]:
             marks.append(task["checkpoint"].get(base_table, 0))  # the MV's watermark

@@ -100,6 +100,11 @@ def _fold_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Context
         task = tasks.get(status["task_id"])
         if task is None or status["epoch"] != task["epoch"]:
             continue  # a removed task, or a report from before the latest (re)start: stale
+        if status["state"] == TaskState.DROPPED.value:
+            if task["state"] == TaskState.DROPPING.value and task["owner"] == worker_id:
+                # The owner at the drop's epoch removed the data: only now is the name free.
+                effects.catalog[task["task_id"]] = None
+            continue
         updated = dict(task)
         # A status from a worker the task was not issued to is a claim (new, restarted or moved
         # task): that worker waits for an epoch naming it before it runs anything.
@@ -129,6 +134,10 @@ def _fold_heartbeat(heartbeat: Record, tasks: Mapping[str, Record], ctx: Context
     return effects
 
 
+# A dropping task is restarted too: the worker that takes it over finishes removing its data.
+_RESTARTED_STATES = frozenset({TaskState.NORMAL.value, TaskState.WARNING.value, TaskState.DROPPING.value})
+
+
 def restart_silent_tasks(
     tasks: Mapping[str, Record],
     silent_workers: set[str],
@@ -138,34 +147,34 @@ def restart_silent_tasks(
     max_restarts: int = 3,
 ) -> Effects:
     """Tasks whose owner stopped heartbeating: Warning (4002) and a restart under a new epoch, or
-    Failed (4001) once a task has been restarted ``max_restarts`` times (it keeps crashing)."""
+    Failed (4001) once a task has been restarted ``max_restarts`` times (it keeps crashing); a
+    dropping task stays DROPPING under a new epoch, for the next owner to finish."""
     effects = Effects()
     for task_id, task in tasks.items():
-        if task["owner"] not in silent_workers or task["state"] not in (
-            TaskState.NORMAL.value,
-            TaskState.WARNING.value,
-        ):
+        if task["owner"] not in silent_workers or task["state"] not in _RESTARTED_STATES:
             continue
         updated = {**task, "epoch": task["epoch"] + 1, "owner": None, "updated_at": ctx.now_ms}
-        if restarts.get(task_id, 0) >= max_restarts:
-            updated["state"] = TaskState.FAILED.value
-            updated["error"] = task_error(
-                ErrorCode.MAINTAINER_CRASH,
-                f"owner {task['owner']} went silent {max_restarts + 1} times; drop and re-create the task",
-                at_ms=ctx.now_ms,
-                severity="FATAL",
-            )
-            updated["error"]["retryable"] = False
-        else:
-            updated["state"] = TaskState.WARNING.value
-            updated["error"] = task_error(
-                ErrorCode.HEARTBEAT_TIMEOUT,
-                f"no heartbeat from owner {task['owner']}; restarting",
-                at_ms=ctx.now_ms,
-            )
+        if task["state"] != TaskState.DROPPING.value:  # a drop stays one, for the next owner to finish
+            updated.update(_silent_owner_outcome(task, restarts.get(task_id, 0), max_restarts, ctx))
         effects.catalog[task_id] = updated
         effects.manager.append(manager_command("ADD_MAINTAINER", updated, ctx))
     return effects
+
+
+def _silent_owner_outcome(task: Record, restarts: int, max_restarts: int, ctx: Context) -> Record:
+    """The state and error of a task whose owner went silent after ``restarts`` restarts in a row."""
+    if restarts >= max_restarts:
+        error = task_error(
+            ErrorCode.MAINTAINER_CRASH,
+            f"owner {task['owner']} went silent {max_restarts + 1} times; drop and re-create the task",
+            at_ms=ctx.now_ms,
+            severity="FATAL",
+        )
+        return {"state": TaskState.FAILED.value, "error": {**error, "retryable": False}}
+    error = task_error(
+        ErrorCode.HEARTBEAT_TIMEOUT, f"no heartbeat from owner {task['owner']}; restarting", at_ms=ctx.now_ms
+    )
+    return {"state": TaskState.WARNING.value, "error": error}
 
 
 def recovered_tasks(heartbeat: Record, restarted_at: Mapping[str, int]) -> set[str]:

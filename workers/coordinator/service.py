@@ -39,6 +39,7 @@ from workers.coordinator.handlers import (
     recovered_tasks,
     restart_silent_tasks,
 )
+from workers.coordinator.health import HealthReporter, is_coordinator_heartbeat
 from workers.freshness import BaseCommits, WarehouseCommits
 from workers.kafka.typed import BusError, Message
 from workers.role import LoopRole
@@ -98,6 +99,7 @@ class Coordinator(LoopRole):
         )
         self._last_freshness_check = float("-inf")
         self.metrics.track_freshness(self._freshness.gauges)
+        self._health = HealthReporter(settings.worker_id, self.bus, self.clock)
 
     def loop_metrics(self) -> SchedMetrics:
         return self.metrics
@@ -174,6 +176,10 @@ class Coordinator(LoopRole):
         )
 
     def step(self, timeout_s: float = 0.2) -> None:
+        loop_error = self.last_error.summary() if self.last_error is not None else None
+        self._health.report(
+            active=self.active, coordinator_epoch=self.coordinator_epoch, loop_error=loop_error
+        )
         try:
             self._step(timeout_s)
         except BusError as exc:
@@ -234,17 +240,28 @@ class Coordinator(LoopRole):
         self._check_liveness()
         self._check_freshness()
         # Catalog-only updates (checkpoints, last runs) are batched; commands — an epoch raised for a
-        # new owner, a restart — go out at once: a moved task waits for them (failover latency).
+        # new owner, a restart — go out at once: a moved task waits for them (failover latency); so
+        # does a task's new state (WARNING while its runs fail, a drop done): `mvs status` shows it.
         commands = self._pending.manager or self._pending.maintainer
         due = self.clock.monotonic() - self._last_flush >= self.settings.heartbeat_interval_s
-        if self._pending and (commands or due):
+        if self._pending and (commands or due or self._state_changes()):
             pending, self._pending = self._pending, Effects()
             self._publish(pending, consume=None)
             self._last_flush = self.clock.monotonic()
 
+    def _state_changes(self) -> bool:
+        """Whether a pending catalog update changes a task's state or removes a task."""
+        for task_id, task in self._pending.catalog.items():
+            before = self.tasks.get(task_id)
+            if task is None or before is None or task["state"] != before["state"]:
+                return True
+        return False
+
     def _on_heartbeat(self, message: Message) -> None:
         heartbeat = message.value
         assert heartbeat is not None
+        if is_coordinator_heartbeat(heartbeat):
+            return  # a coordinator's own health (this one's, a standby's): for `mvs status` only
         try:
             self._last_seen[heartbeat["worker_id"]] = self.clock.monotonic()
             self._note_recoveries(heartbeat)
@@ -272,7 +289,8 @@ class Coordinator(LoopRole):
             self._restarts[task_id] = self._restarts.get(task_id, 0) + 1
             self._restarted_at[task_id] = self.clock.wall_ms()
             assert task is not None
-            log.warning("%s: %s (epoch %d)", task_id, task["error"]["message"], task["epoch"])
+            why = task["error"]["message"] if task["error"] else f"owner went silent; {task['state']}"
+            log.warning("%s: %s (epoch %d)", task_id, why, task["epoch"])
         for worker in silent:
             del self._last_seen[worker]
         if effects:
@@ -408,5 +426,6 @@ class Coordinator(LoopRole):
         self.metrics.track_freshness(None)
         self._ddl.close()
         self._heartbeats.close()
+        self._health.close()
         if self._producer is not None:
             self._producer.close(timeout_s=5.0)

@@ -153,8 +153,12 @@ def role_grants(settings: Settings, roles: Roles) -> list[Grant]:
     out: list[Grant] = []
     for p in roles.coordinators:
         out += _topics(settings, p, ["ddl", "coordinator", "catalog"], ["READ"])
+        # coordinator: its own heartbeat (workers.coordinator.health), beside the workers'.
         out += _topics(
-            settings, p, ["catalog", "manager", "maintainer", "ddl.results", "dlq", "freshness"], ["WRITE"]
+            settings,
+            p,
+            ["catalog", "manager", "maintainer", "ddl.results", "dlq", "freshness", "coordinator"],
+            ["WRITE"],
         )
         out += _grants(p, "group", settings.group("coordinator"), ["READ"])
         out += _grants(p, "transactional_id", settings.group("coordinator"), ["WRITE"])

@@ -17,6 +17,11 @@ run is cancelled, its outcome still recorded, and the host never waits for it be
 A dropped task's data goes only once its run has ended (``reap_drained``), so no run writes a table
 after its drop; a task of the same id created meanwhile is *deferred* until then.
 
+Dropping (issue 32): a DROP leaves the task in the catalog, DROPPING, under a new epoch. The worker it
+is issued to (its owner, or whoever claims it after the owner died) removes its data — retried every
+DROP_RETRY_S while the warehouse refuses — and then reports it DROPPED at that epoch in every
+heartbeat until the catalog no longer has it; the coordinator then removes the task and frees the name.
+
 Run queue: the executor's bound is the number of tasks this worker owns or drains (each has at
 most one queued run), so a burst of every owned task falling due at once waits in the queue and is
 never turned away; what shows an overload is a run not started before its task is due again.
@@ -32,6 +37,7 @@ import random
 import threading
 from collections.abc import Mapping
 
+from workers.catalog.lifecycle import TaskState
 from workers.kafka.messages import partition_for
 from workers.records import Record
 from workers.retry import REFRESH_RETRY, RetryPolicy
@@ -48,6 +54,7 @@ from workers.worker.runner import Runner
 log = logging.getLogger(__name__)
 PARTITIONS = topic_spec("manager").partitions
 REVOKE_WAIT_S = 0.5  # how long a revocation waits for its cancelled runs before letting go
+DROP_RETRY_S = 5.0  # a dropped task's data the warehouse refused to delete is tried again after this
 # Coordinator epochs are activation wall times; one further ahead than any clock skew is forged.
 MAX_CLOCK_SKEW_MS = 86_400_000
 
@@ -87,11 +94,14 @@ class TaskHost:
         # coordinator raises the epoch naming us (see the module doc).
         self.waiting: dict[str, tuple[Record, float]] = {}
         self.draining: dict[str, Maintainer] = {}  # cancelled runs not ended yet (see the module doc)
-        self._drop_after_drain: dict[str, Record] = {}
+        self._drop_after_drain: dict[str, Record] = {}  # task id → its DROPPING record
+        self._drop_retries: dict[str, tuple[Record, float]] = {}  # DROPPING record, monotonic retry time
+        self.dropped: dict[str, Record] = {}  # data removed: reported DROPPED until the catalog forgets it
         self._deferred: dict[str, tuple[Record, int]] = {}
         self.coordinator_epoch = 0
         self.full_requested = True  # the next heartbeat is a full snapshot
         self.claim_now = False  # a new claim: heartbeat at once (it is on the failover path)
+        self.report_now = False  # a task's state changed: heartbeat at once (`mvs status` shows it)
         self.closing = False  # leaving for good: a revocation does not wait for runs
         self._lock = threading.Lock()  # the marks below are set from maintainer threads
         self._dirty: set[str] = set()
@@ -108,6 +118,7 @@ class TaskHost:
             send_to_self=self.mailboxes.send,
             publish=self.outbox.put,
             status_changed=self.mark_dirty,
+            report_now=self._report_now,
             run_timeout_s=self.run_timeout_s,
             retry=self.retry,
             metrics=self.metrics,
@@ -124,6 +135,10 @@ class TaskHost:
         if task_id in self._drop_after_drain:
             self._deferred[task_id] = (task, partition)  # starts once the old data is gone
             return
+        if task["state"] == TaskState.DROPPING.value and task["owner"] == self.worker_id:
+            self._drop(task)
+            return
+        self.dropped.pop(task_id, None)
         if self.draining.pop(task_id, None) is not None:
             self.mailboxes.unregister(task_id)  # back here: the old run's outcome no longer matters
         if task_id in self.owned:
@@ -162,30 +177,55 @@ class TaskHost:
         """Room in the executor for one run of every task this worker owns or drains (module doc)."""
         self.executor.set_queue_size(len(self.owned) + len(self.draining))
 
-    def remove(self, task_id: str, *, drop_data: bool) -> None:
-        """Stop a task's maintainer for good. Never waits: a cancelled run that has not ended drains,
-        and with ``drop_data`` the task's data goes once it has ended (see the module doc)."""
+    def _drop(self, task: Record) -> None:
+        """A DROPPING record issued to us: stop the task, then remove its data (see the module doc)."""
+        task_id = task["task_id"]
+        current = self.owned.get(task_id)
+        if current is not None and task["epoch"] <= current.task["epoch"]:
+            return  # a replayed or stale command
+        done = self.dropped.get(task_id)
+        if done is not None and done["epoch"] >= task["epoch"]:
+            self.mark_dirty(task_id)  # already removed: say so again
+            return
+        self.remove(task_id, dropping=task)
+
+    def remove(self, task_id: str, *, dropping: Record | None = None) -> None:
+        """Stop a task's maintainer for good. Never waits: a cancelled run that has not ended drains.
+        With ``dropping`` (the task's DROPPING record) its data goes once no run of it is left."""
         self._deferred.pop(task_id, None)
         waiting = self.waiting.pop(task_id, None)
-        if waiting is not None and drop_data:
-            self.runner.drop(waiting[0])
         maintainer = self.owned.pop(task_id, None)
-        if maintainer is None:
-            if waiting is not None:
-                self._mark_removed(task_id)
-            return
-        self._stop(task_id)
-        self.partition_of.pop(task_id, None)
-        if maintainer.running is not None:
+        if maintainer is not None:
+            self._stop(task_id)
+            self.partition_of.pop(task_id, None)
+        if maintainer is not None or waiting is not None:
+            self._mark_removed(task_id)
+        if maintainer is not None and maintainer.running is not None:
             self.draining[task_id] = maintainer
-            if drop_data:
-                self._drop_after_drain[task_id] = maintainer.task
+            if dropping is not None:
+                self._drop_after_drain[task_id] = dropping
         else:
-            self.mailboxes.unregister(task_id)
-            if drop_data:
-                self.runner.drop(maintainer.task)
-        self._mark_removed(task_id)
-        self._fit_run_queue()
+            if maintainer is not None:
+                self.mailboxes.unregister(task_id)
+            if dropping is not None:
+                self._remove_data(dropping)
+        if maintainer is not None:
+            self._fit_run_queue()
+
+    def _remove_data(self, dropping: Record) -> None:
+        """Delete a dropped task's table (and MV log / helper state); report it DROPPED once gone, or
+        try again after DROP_RETRY_S (the warehouse may be away)."""
+        task_id = dropping["task_id"]
+        self._drop_retries.pop(task_id, None)
+        try:
+            self.runner.drop(dropping)
+        except Exception as exc:
+            log.warning("%s: removing the data of the dropped task failed, retrying: %s", task_id, exc)
+            self._drop_retries[task_id] = (dropping, self.clock.monotonic() + DROP_RETRY_S)
+            return
+        log.info("%s: data of the dropped task removed (epoch %s)", task_id, dropping["epoch"])
+        self.dropped[task_id] = dropping
+        self.mark_dirty(task_id)
 
     def _stop(self, task_id: str) -> None:
         self.mailboxes.send(task_id, Stop())
@@ -208,6 +248,9 @@ class TaskHost:
         at all — the group hands off first, the host's close awaits the runs."""
         for task_id in [t for t, (_, p) in self._deferred.items() if p in partitions]:
             del self._deferred[task_id]
+        for pending in (self._drop_retries, self.dropped):  # the partition's new owner finishes them
+            for task_id in [t for t in pending if partition_for(t, PARTITIONS) in partitions]:
+                del pending[task_id]
         leaving = [task_id for task_id, p in self.partition_of.items() if p in partitions]
         for task_id in [t for t in self.waiting if partition_for(t, PARTITIONS) in partitions]:
             del self.waiting[task_id]
@@ -238,7 +281,10 @@ class TaskHost:
             if current is None or task["epoch"] > current.task["epoch"]:
                 self.add_task_safely(task, partition_for(task_id, PARTITIONS))
         for task_id in [t for t in [*self.partition_of, *self.waiting] if t not in catalog]:
-            self.remove(task_id, drop_data=False)
+            self.remove(task_id)
+        for task_id in [t for t in [*self.dropped, *self._drop_retries] if t not in catalog]:
+            self.dropped.pop(task_id, None)
+            self._drop_retries.pop(task_id, None)
 
     # -- claims ------------------------------------------------------------------------------------
     def unanswered_claims(self) -> list[int]:
@@ -258,7 +304,7 @@ class TaskHost:
                 continue
             latest = catalog.get(task_id)
             if latest is None:
-                self.remove(task_id, drop_data=False)
+                self.remove(task_id)
             elif latest["epoch"] > task["epoch"]:
                 self.waiting[task_id] = (latest, now)  # a coordinator is at work: claim the new epoch
                 self.mark_dirty(task_id)
@@ -298,8 +344,10 @@ class TaskHost:
         elif kind == "REMOVE_MAINTAINER":
             maintainer = self.owned.get(task_id)
             current = maintainer.task if maintainer is not None else self.waiting.get(task_id, (None,))[0]
-            if current is not None and command["epoch"] > current["epoch"]:
-                self.remove(task_id, drop_data=True)
+            if command["task"] is not None:
+                self.add_task(command["task"], partition)  # DROPPING: removed here if issued to us
+            elif current is not None and command["epoch"] > current["epoch"]:
+                self.remove(task_id, dropping=current)  # a coordinator from before DROPPING
         elif kind == "BOOTSTRAP":
             self.full_requested = True
 
@@ -324,15 +372,20 @@ class TaskHost:
         return len(due)
 
     def reap_drained(self) -> None:
-        """Forget drained maintainers whose run has ended; drop their data and start deferred tasks."""
+        """Forget drained maintainers whose run has ended; drop their data and start deferred tasks;
+        retry the data removals that failed."""
+        now = self.clock.monotonic()
+        for retried, retry_at in list(self._drop_retries.values()):
+            if now >= retry_at:
+                self._remove_data(retried)
         for task_id, maintainer in list(self.draining.items()):
             if maintainer.running is None:  # its outcome was handled (and recorded)
                 del self.draining[task_id]
                 self.mailboxes.unregister(task_id)
-                dropped = self._drop_after_drain.pop(task_id, None)
-                if dropped is not None:
-                    self.runner.drop(dropped)
-                    log.info("%s: dropped after its cancelled run ended", task_id)
+                dropping = self._drop_after_drain.pop(task_id, None)
+                if dropping is not None:
+                    log.info("%s: its cancelled run ended: removing the dropped task's data", task_id)
+                    self._remove_data(dropping)
                 deferred = self._deferred.pop(task_id, None)
                 if deferred is not None:
                     self.add_task_safely(*deferred)
@@ -344,11 +397,14 @@ class TaskHost:
         if self.pollers:
             self.mailboxes.stop()
         self.mailboxes.run_pending()
-        for dropped in self._drop_after_drain.values():
-            self.runner.drop(dropped)
+        for dropping in self._drop_after_drain.values():
+            self._remove_data(dropping)
         self._drop_after_drain.clear()
 
     # -- heartbeats --------------------------------------------------------------------------------
+    def _report_now(self) -> None:
+        self.report_now = True  # a flag set from maintainer threads: the loop reads it
+
     def mark_dirty(self, task_id: str) -> None:
         with self._lock:
             self._dirty.add(task_id)
@@ -375,6 +431,8 @@ class TaskHost:
         # A claim on each task waiting for its new epoch, at the epoch it arrived with.
         claims = list(self.waiting) if full else [t for t in dirty if t in self.waiting]
         statuses += [claim(self.waiting[t][0]) for t in claims]
+        dropped = list(self.dropped) if full else [t for t in dirty if t in self.dropped]
+        statuses += [{**claim(self.dropped[t]), "state": TaskState.DROPPED.value} for t in dropped]
         if not statuses and not gone and not full and loop_error == self._sent_loop_error:
             return None
         self._sent_loop_error = loop_error  # a new one goes out at once (`mvs status` shows it)

@@ -22,7 +22,7 @@ from workers.catalog.errors import ErrorCode, MvsError
 from workers.catalog.lifecycle import RUNNABLE, TaskState
 from workers.catalog.specs import ON_CHANGE
 from workers.jobs import with_plan
-from workers.records import Record
+from workers.records import Record, run_summary
 from workers.retry import REFRESH_RETRY, RetryPolicy
 from workers.sched.clock import Clock
 from workers.sched.due import DueQueue, validate_next_due
@@ -31,7 +31,7 @@ from workers.sched.gauges import TaskGauges
 from workers.sched.triggers import MIN_RUN_SPACING_S, data_lag_s
 from workers.worker.decision import Decision, unchanged
 from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
-from workers.worker.run_records import run_failure, run_record, run_summary, was_cancelled
+from workers.worker.run_records import run_failure, run_record, was_cancelled
 from workers.worker.runner import Runner, RunResult
 from workers.worker.schedule import (
     MANUAL,
@@ -66,6 +66,9 @@ class MaintainerEnv:
     send_to_self: Callable[[str, Any], bool]  # mailbox of a maintainer, by task id
     publish: Callable[[str, str, Record], None]  # (logical topic, key, record) into the outbox
     status_changed: Callable[[str], None]
+    # The task's state changed (WARNING at a first failed run, NORMAL again, FAILED): heartbeat at once,
+    # not at the next period, so the catalog says so as soon as the run's record does.
+    report_now: Callable[[], None] = lambda: None
     run_timeout_s: float = 600.0
     retry: RetryPolicy = REFRESH_RETRY
     metrics: SchedMetrics | None = None
@@ -240,6 +243,11 @@ class Maintainer:
         at the versions this epoch's last run left the MV at: no Spark job, no run submitted."""
         if self.watermark_epoch != self.task["epoch"] or not self.watermark:
             return None  # restored or superseded: the run reads what the MV table reflects
+        if self.attempt:
+            # Retrying a failed run: the storage may be away, and this look runs on the loop thread
+            # (a dead object store holds it ~6 s, heartbeats and commands with it). The run decides
+            # on its own thread instead, and says SKIPPED there if nothing changed.
+            return None
         try:
             versions = self.env.runner.base_versions(self.task["mv"]["base_tables"])
         except MvsError:
@@ -281,7 +289,7 @@ class Maintainer:
             self.attempt = 0
             self.error = None
             if self.state is TaskState.WARNING:
-                self.task = {**self.task, "state": TaskState.NORMAL.value}
+                self._set_state(TaskState.NORMAL)
             self._record_run(
                 run,
                 result.state,
@@ -306,8 +314,7 @@ class Maintainer:
         self.error = error.record(now_ms)
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
-        new_state = TaskState.WARNING if retry else TaskState.FAILED
-        self.task = {**self.task, "state": new_state.value}
+        self._set_state(TaskState.WARNING if retry else TaskState.FAILED)
         self._record_run(run, "ERROR", started_ms=started_ms, error=self.error)
         if retry:
             delay = self.env.retry.delay(self.attempt, rng=self.env.rng)
@@ -315,6 +322,11 @@ class Maintainer:
         else:
             self.pending_trigger = None
             self.env.due.remove(self.task_id)
+
+    def _set_state(self, state: TaskState) -> None:
+        if state is not self.state:
+            self.task = {**self.task, "state": state.value}
+            self.env.report_now()
 
     def _record_run(
         self,
@@ -379,7 +391,7 @@ class Maintainer:
         self.error = MvsError(ErrorCode.INVALID_CONFIG, f"cannot schedule: {why}").record(
             self.env.clock.wall_ms()
         )
-        self.task = {**self.task, "state": TaskState.FAILED.value}
+        self._set_state(TaskState.FAILED)
         self.pending_trigger = None
         self.env.due.remove(self.task_id)
         self.env.status_changed(self.task_id)

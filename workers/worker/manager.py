@@ -257,8 +257,9 @@ class Manager(LoopRole):
             self._last_reconcile = now  # a failed read moves it (to retry sooner)
             self._reconcile()
         full = host.full_requested or now - self._last_full >= self._full_every_s
-        if full or host.claim_now or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
-            host.claim_now = False
+        urgent = host.claim_now or host.report_now
+        if full or urgent or now - self._last_heartbeat >= self.settings.heartbeat_interval_s:
+            host.claim_now = host.report_now = False
             self._send_heartbeat(full=full)
             self._last_heartbeat = now
             if full:

@@ -1,6 +1,6 @@
 """The history of a run as records (seed 001): the RunRecord a maintainer publishes on the runs
-topic at each step (PENDING, RUNNING, then COMPLETED / SKIPPED / ERROR / CANCELED), the RunSummary
-of it that the task's status carries, and what an executor outcome means for the record."""
+topic at each step (PENDING, RUNNING, then COMPLETED / SKIPPED / ERROR / CANCELED), and what an
+executor outcome means for the record (the RunSummary a status carries: ``workers.records``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from workers.jobs import RunCancelled
 from workers.records import Record
 from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext
-
-_SUMMARY_FIELDS = ("run_id", "trigger", "state", "started_at", "ended_at", "rows_written", "message")
 
 
 def run_record(
@@ -44,11 +42,6 @@ def run_record(
         "watermark_after": dict(after or run.watermark_before),
         "error": error,
     }
-
-
-def run_summary(record: Record) -> Record:
-    """The RunSummary (``last_run`` of a status) of a RunRecord."""
-    return {key: record[key] for key in _SUMMARY_FIELDS}
 
 
 def was_cancelled(outcome: RunOutcome) -> bool:

@@ -18,12 +18,13 @@ from workers.catalog.lifecycle import Action, TaskState, transition
         (TaskState.PAUSED, Action.ALTER, TaskState.PAUSED, True, False),
         (TaskState.NORMAL, Action.REFRESH, TaskState.NORMAL, False, False),
         (TaskState.NORMAL, Action.CANCEL, TaskState.NORMAL, False, False),
-        (TaskState.FAILED, Action.DROP, None, True, False),
+        (TaskState.FAILED, Action.DROP, TaskState.DROPPING, True, False),
         # The way back from FAILED (e.g. its base table was dropped and created again): a new epoch
         # in NORMAL. REFRESH of a failed task resumes it too.
         (TaskState.FAILED, Action.RESUME, TaskState.NORMAL, True, False),
         (TaskState.FAILED, Action.REFRESH, TaskState.NORMAL, True, False),
-        (TaskState.PAUSED, Action.DROP, None, True, False),
+        (TaskState.PAUSED, Action.DROP, TaskState.DROPPING, True, False),
+        (TaskState.DROPPING, Action.DROP, TaskState.DROPPING, False, True),
     ],
 )
 def test_allowed_transitions(

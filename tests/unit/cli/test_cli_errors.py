@@ -117,11 +117,13 @@ def test_status_notes_what_it_may_not_read_under_the_tables(
             raise BusError(f"not authorized to describe group {group}", code="GROUP_AUTHORIZATION_FAILED")
         return {"c1": [0]}
 
-    monkeypatch.setattr(MvsClient, "tasks", lambda *a, **k: {})
+    monkeypatch.setattr(MvsClient, "shown_tasks", lambda *a, **k: ({}, None))
+    monkeypatch.setattr(MvsClient, "loop_errors", lambda *a, **k: {})
+    monkeypatch.setattr(MvsClient, "ddl_lag", lambda *a, **k: 0)
     monkeypatch.setattr(MvsClient, "connect", connect)
     monkeypatch.setattr(admin, "group_owners", owners)
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0] == "no tasks"
-    assert ["coordinator", "c1", "active", "-", "-", "-"] in [line.split() for line in out]
+    assert ["coordinator", "c1", "active", "-", "-", "0", "-"] in [line.split() for line in out]
     assert out[-1] == "roles: not authorized to describe group mvs.workers"

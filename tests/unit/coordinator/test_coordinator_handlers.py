@@ -54,14 +54,45 @@ def test_drop_of_missing_mv_is_not_found() -> None:
     assert effects.results[0]["error"]["code"] == 1003
 
 
-def test_drop_tombstones_and_removes_with_a_newer_epoch() -> None:
+def test_drop_is_durable_until_the_owner_reports_the_data_removed_at_its_epoch() -> None:
     tasks: dict[str, Record] = {}
     apply(CREATE, tasks)
+    tasks.update(_owned(tasks, "w1"))
     effects = apply("DROP MATERIALIZED VIEW by_region", tasks)
-    assert effects.catalog == {"mv:by_region": None}
-    assert effects.manager[0]["kind"] == "REMOVE_MAINTAINER"
-    assert effects.manager[0]["epoch"] == 2
-    assert "mv:by_region" not in tasks
+    dropping = tasks["mv:by_region"]
+    assert (dropping["state"], dropping["epoch"], dropping["owner"]) == ("DROPPING", 2, "w1")
+    assert effects.manager[0]["kind"] == "REMOVE_MAINTAINER" and effects.manager[0]["task"] == dropping
+    assert apply("DROP MATERIALIZED VIEW by_region", tasks).results[0]["accepted"], "a repeated drop: no-op"
+    refused = apply("ALTER MATERIALIZED VIEW by_region PAUSE", tasks).results[0]["error"]
+    assert refused["code"] == 1001 and "being dropped" in refused["message"]
+    again = apply(CREATE, tasks).results[0]["error"]
+    assert again["code"] == 1002 and "is being dropped" in again["message"], "the name is not free yet"
+
+    def dropped(worker: str, epoch: int) -> Record:
+        status = {**worker_status(dropping, epoch, {}), "state": "DROPPED"}
+        return {"worker_id": worker, "statuses": [status], "removed": []}
+
+    assert not handle_heartbeat(dropped("w1", 1), tasks, ctx()).catalog, "an older epoch's report"
+    assert not handle_heartbeat(dropped("w2", 2), tasks, ctx()).catalog, "not the owner's report"
+    assert handle_heartbeat(dropped("w1", 2), tasks, ctx()).catalog == {"mv:by_region": None}
+
+
+def test_a_dropping_task_whose_owner_went_silent_is_restarted_still_dropping() -> None:
+    tasks: dict[str, Record] = {}
+    apply(CREATE, tasks)
+    tasks.update(_owned(tasks, "w1"))
+    apply("DROP MATERIALIZED VIEW by_region", tasks)
+    effects = restart_silent_tasks(tasks, {"w1"}, {"mv:by_region": 3}, ctx())
+    restarted = effects.catalog["mv:by_region"]
+    assert restarted is not None and (restarted["state"], restarted["owner"]) == ("DROPPING", None)
+    assert restarted["epoch"] == 3 and restarted["error"] is None, "a drop never becomes FAILED"
+    assert effects.manager[0]["kind"] == "ADD_MAINTAINER"
+    claim = {**worker_status(restarted, 3, {}), "state": "DROPPING"}
+    moved = handle_heartbeat(
+        {"worker_id": "w2", "statuses": [claim], "removed": []}, {"mv:by_region": restarted}, ctx()
+    )
+    taken = moved.catalog["mv:by_region"]
+    assert taken is not None and (taken["state"], taken["owner"], taken["epoch"]) == ("DROPPING", "w2", 4)
 
 
 def test_pause_resume_raise_epoch_and_repeated_pause_is_noop() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.memory_bus import MemoryBus
 from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, handle_ddl
 from workers.coordinator.service import Coordinator
@@ -96,6 +97,7 @@ def coordinator(handler: Any) -> tuple[Coordinator, FakeTxnProducer, FakeDdl]:
     settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
     c = Coordinator(
         settings,
+        bus=MemoryBus(),  # no real client: what the tests read is the fakes below
         clock=ManualClock(start=0.0, wall_start_ms=1_700_000_000_000),
         table_exists_fn=lambda name: name == "t",  # the base table; MV names must not be tables
         ddl_handler=handler,

@@ -11,10 +11,12 @@ import pytest
 from tests.support.memory_bus import MemoryBus, MemoryProducer
 from workers.config import Settings
 from workers.coordinator.handlers import Context, Effects, handle_ddl
+from workers.coordinator.health import HEALTH_EVERY_S
 from workers.coordinator.service import Coordinator, DdlHandler
 from workers.ddl.parser import parse_statement
 from workers.kafka.deadletter import H_ERROR
 from workers.records import Record
+from workers.role import LoopError
 from workers.sched.clock import ManualClock
 from workers.topics import topic_spec
 from workers.worker.host import claim
@@ -177,3 +179,48 @@ def test_a_newer_coordinator_fences_the_old_one_which_stands_by(w: World) -> Non
     assert not w.coordinator.active and w.coordinator._producer is None
     assert w.bus.records("catalog") == [], "nothing of the fenced transaction was applied"
     assert w.bus.committed.get((GROUP, "ddl", 0), 0) == 0
+
+
+def _own_heartbeats(w: World) -> list[Record]:
+    return [h for h in w.bus.records("coordinator") if h.get("coordinator_active") is not None]
+
+
+def test_a_coordinator_heartbeats_its_health_standing_by_or_active_and_skips_its_own(w: World) -> None:
+    w.coordinator.step(0)
+    (standby,) = _own_heartbeats(w)
+    assert (standby["worker_id"], standby["coordinator_active"], standby["statuses"]) == (
+        SETTINGS.worker_id,
+        False,
+        [],
+    )
+    w.activate()
+    w.coordinator.step(0)
+    active = _own_heartbeats(w)[-1]
+    assert active["coordinator_active"] is True and active["coordinator_epoch"] == WALL_START_MS
+    count = len(_own_heartbeats(w))
+    w.coordinator.step(0)
+    assert len(_own_heartbeats(w)) == count, "nothing changed: not before HEALTH_EVERY_S"
+    w.clock.advance(HEALTH_EVERY_S)
+    w.coordinator.step(0)
+    assert len(_own_heartbeats(w)) == count + 1
+    assert w.coordinator._last_seen == {}, "its own heartbeat is no worker's"
+    w.coordinator.last_error = LoopError(
+        at_ms=WALL_START_MS, message="BusError: away", traceback="", consecutive=2
+    )
+    w.coordinator.step(0)
+    assert "BusError: away (2 in a row)" in _own_heartbeats(w)[-1]["loop_error"], "a new error: at once"
+
+
+def test_a_task_state_change_in_a_heartbeat_is_published_at_once(w: World) -> None:
+    w.activate()
+    w.ddl(CREATE)
+    w.coordinator.step(0)
+    task = w.coordinator.tasks["mv:by_region"]
+    owned = {**task, "owner": "w1"}
+    w.coordinator.tasks["mv:by_region"] = owned
+    error = {"code": 2001, "message": "storage unavailable", "severity": "WARN", "retryable": True, "at": 1}
+    status = {**claim(owned), "state": "WARNING", "error": error}
+    heartbeat = {"worker_id": "w1", "sent_at": 1, "coordinator_epoch": 0, "full": False}
+    w.bus.publish("coordinator", "w1", {**heartbeat, "statuses": [status], "removed": [], "loop_error": None})
+    w.coordinator.step(0)  # well within the heartbeat interval of the last flush
+    assert w.bus.read_catalog()["mv:by_region"]["state"] == "WARNING"

@@ -160,6 +160,26 @@ def test_retryable_failure_warns_and_backs_off_exactly() -> None:
         h.executor.shutdown(timeout_s=WAIT)
 
 
+def test_a_retry_reads_no_base_version_on_the_loop_thread_its_run_does() -> None:
+    """The storage that failed the run may still be away: a look at the bases from the loop would
+    hold every task of the worker (and its heartbeats) for the storage client's retries."""
+    h = Harness(retry=REFRESH_RETRY, rng=FixedJitter())
+    try:
+        m = h.add(mv("r", "EVERY", 10_000))
+        h.tick()
+        h.runner.versions["t"] = 2
+        h.runner.fail("mv:r", MvsError(ErrorCode.STORAGE_UNAVAILABLE, "object store away"))
+        h.clock.advance(10.0)
+        h.tick()
+        assert m.state is TaskState.WARNING and h.runner.version_reads == 1
+        h.clock.advance(5.25)
+        assert h.tick() == 1
+        assert h.runner.version_reads == 1, "the retry went straight to a run"
+        assert m.state is TaskState.NORMAL and h.states("mv:r")[-2:] == ["ERROR", "COMPLETED"]
+    finally:
+        h.executor.shutdown(timeout_s=WAIT)
+
+
 def test_permanent_failure_fails_the_task_and_schedules_nothing(h: Harness) -> None:
     h.runner.fail("mv:p", MvsError(ErrorCode.INVALID_CONFIG, "column nope does not exist"))
     m = h.add(mv("p", "EVERY", 10_000))

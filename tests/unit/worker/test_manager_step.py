@@ -136,7 +136,7 @@ def test_commands_of_an_older_coordinator_or_from_the_future_are_ignored(world: 
 def test_remove_maintainer_drops_the_task_and_says_so(world: World) -> None:
     w = world
     owned, _ = issued(w, "a")
-    w.command("REMOVE_MAINTAINER", {**owned, "epoch": 3})
+    w.command("REMOVE_MAINTAINER", {**owned, "epoch": 3, "state": "DROPPING"})
     w.step()
     assert "mv:a" not in w.manager.host.owned and w.runner.dropped == ["mv:a"]
     assert w.removed() == ["mv:a"]

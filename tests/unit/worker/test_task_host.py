@@ -11,7 +11,7 @@ from tests.support.maintainer_harness import CTX, WAIT, Gate, Harness, mv
 from workers.coordinator.effects import manager_command
 from workers.kafka.messages import partition_for
 from workers.records import Record
-from workers.worker.host import MAX_CLOCK_SKEW_MS, PARTITIONS, TaskHost
+from workers.worker.host import DROP_RETRY_S, MAX_CLOCK_SKEW_MS, PARTITIONS, TaskHost
 
 
 @pytest.fixture
@@ -99,7 +99,8 @@ def test_revoke_drains_a_running_maintainer_and_reaps_it_when_its_run_ends(h: Ha
 def test_a_drop_during_a_run_drops_data_after_it_ends_and_a_recreated_task_waits(h: Harness) -> None:
     host = h.host
     record, gate = running(h, "slow")
-    host.on_manager_command(command("REMOVE_MAINTAINER", {**record, "epoch": 2}, 1), part(record))
+    dropping = {**record, "epoch": 2, "state": "DROPPING"}
+    host.on_manager_command(command("REMOVE_MAINTAINER", dropping, 1), part(record))
     assert "mv:slow" in host.draining and h.runner.dropped == []
     recreated = task("slow", epoch=3)
     host.add_task(recreated, part(recreated))  # CREATE again while the old run drains
@@ -141,10 +142,11 @@ def test_full_and_delta_heartbeats(h: Harness) -> None:
     assert statuses(full) == {"mv:a": 1, "mv:b": 1, "mv:c": 1}
     assert host.heartbeat(full=False, loop_error=None) is None, "nothing changed: nothing to say"
     h.tick()  # a and b run (new tasks run at once): their statuses changed
-    host.remove("mv:b", drop_data=True)
+    host.remove("mv:b", dropping={**task("b"), "state": "DROPPING", "epoch": 2})
     delta = host.heartbeat(full=False, loop_error=None)
     assert delta is not None and not delta["full"]
-    assert statuses(delta) == {"mv:a": 1} and delta["removed"] == ["mv:b"]
+    assert statuses(delta) == {"mv:a": 1, "mv:b": 2} and delta["removed"] == ["mv:b"]
+    assert [s["state"] for s in delta["statuses"] if s["task_id"] == "mv:b"] == ["DROPPED"]
     assert h.runner.dropped == ["mv:b"]
     error = host.heartbeat(full=False, loop_error="boom")
     assert error is not None and error["statuses"] == [] and error["loop_error"] == "boom"
@@ -152,5 +154,44 @@ def test_full_and_delta_heartbeats(h: Harness) -> None:
     host.full_requested = False
     host.unsent(delta)
     again = host.heartbeat(full=False, loop_error="boom")
-    assert statuses(again) == {"mv:a": 1} and again is not None and again["removed"] == ["mv:b"]
+    assert again is not None and statuses(again) == {"mv:a": 1, "mv:b": 2} and again["removed"] == ["mv:b"]
     assert host.full_requested, "after a lost heartbeat the coordinator gets the whole truth"
+
+
+def test_a_drop_the_warehouse_refuses_is_retried_then_reported_dropped_until_the_catalog_forgets_it(
+    h: Harness,
+) -> None:
+    host = h.host
+    record = task("a")
+    host.add_task(record, part(record))
+    host.heartbeat(full=True, loop_error=None)
+    h.runner.drop_failures = 1  # the object store is away once
+    dropping = {**record, "epoch": 2, "state": "DROPPING"}
+    host.on_manager_command(command("REMOVE_MAINTAINER", dropping, 1), part(record))
+    assert "mv:a" not in host.owned and h.runner.dropped == [] and "mv:a" not in host.dropped
+    host.reap_drained()
+    assert h.runner.dropped == [], "not before DROP_RETRY_S"
+    h.clock.advance(DROP_RETRY_S)
+    host.reap_drained()
+    assert h.runner.dropped == ["mv:a"]
+    beat = host.heartbeat(full=False, loop_error=None)
+    assert beat is not None and [(s["task_id"], s["epoch"], s["state"]) for s in beat["statuses"]] == [
+        ("mv:a", 2, "DROPPED")
+    ]
+    full = host.heartbeat(full=True, loop_error=None)
+    assert full is not None and statuses(full) == {"mv:a": 2}, "said again until the catalog forgets it"
+    host.reconcile({})
+    full = host.heartbeat(full=True, loop_error=None)
+    assert full is not None and statuses(full) == {}
+
+
+def test_a_dropping_task_restored_after_its_owner_died_is_claimed_then_removed(h: Harness) -> None:
+    host = h.host
+    restored = {**task("a", epoch=3, owner="w0"), "state": "DROPPING"}
+    host.restore({"mv:a": restored})
+    assert "mv:a" in host.waiting and host.claim_now, "claimed like any task of another owner"
+    assert h.runner.dropped == [], "no removal before an epoch naming us"
+    host.on_manager_command(
+        command("ADD_MAINTAINER", {**restored, "epoch": 4, "owner": "w1"}, 5), part(restored)
+    )
+    assert h.runner.dropped == ["mv:a"] and not host.owned and host.dropped["mv:a"]["epoch"] == 4

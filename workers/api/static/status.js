@@ -72,7 +72,8 @@ function replaceRows(table, rows, empty) {
 
 function renderRoles(roles) {
   const shown = roles.map((r) => {
-    const detail = r.role === "worker" ? `${r.tasks ?? 0} task(s)` : r.state;
+    const lag = r.ddl_lag === null || r.ddl_lag === undefined ? "" : `, DDL lag ${r.ddl_lag}`;
+    const detail = r.role === "worker" ? `${r.tasks ?? 0} task(s)` : `${r.state}${lag}`;
     return el("span", { class: "role", "data-role": r.role, title: r.last_loop_error || "" }, `${r.role} ${r.name}: ${detail}`);
   });
   document.getElementById("roles").replaceChildren(...(shown.length ? shown : [el("span", { class: "muted" }, "no live roles")]));
