@@ -128,7 +128,7 @@ def test_the_python_client_raises_a_typed_error(closed_port: str, tmp_path: Path
 HANGING_COMMAND = """
 import sys
 from confluent_kafka import Consumer
-from workers import cli
+from workers.cli import command_line as cli
 
 def hangs(settings, args):  # a librdkafka call no deadline bounds: blocks for 120 s
     consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "log_level": "0"})
