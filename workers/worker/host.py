@@ -47,6 +47,7 @@ from workers.sched.executor import BoundedExecutor
 from workers.sched.mailbox import BatchSystem
 from workers.sched.metrics import SchedMetrics, TaskGauges
 from workers.topics import topic_spec
+from workers.worker.drops import DataRemovals
 from workers.worker.maintainer import Command, Due, Maintainer, MaintainerEnv, Stop, Update
 from workers.worker.outbox import Outbox
 from workers.worker.runner import Runner
@@ -54,7 +55,6 @@ from workers.worker.runner import Runner
 log = logging.getLogger(__name__)
 PARTITIONS = topic_spec("manager").partitions
 REVOKE_WAIT_S = 0.5  # how long a revocation waits for its cancelled runs before letting go
-DROP_RETRY_S = 5.0  # a dropped task's data the warehouse refused to delete is tried again after this
 # Coordinator epochs are activation wall times; one further ahead than any clock skew is forged.
 MAX_CLOCK_SKEW_MS = 86_400_000
 
@@ -77,6 +77,7 @@ class TaskHost:
         self.worker_id = worker_id
         self.clock = clock
         self.runner = runner
+        self.removals = DataRemovals(runner, clock, self.mark_dirty)
         self.executor = executor
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.run_timeout_s = run_timeout_s
@@ -94,9 +95,6 @@ class TaskHost:
         # coordinator raises the epoch naming us (see the module doc).
         self.waiting: dict[str, tuple[Record, float]] = {}
         self.draining: dict[str, Maintainer] = {}  # cancelled runs not ended yet (see the module doc)
-        self._drop_after_drain: dict[str, Record] = {}  # task id → its DROPPING record
-        self._drop_retries: dict[str, tuple[Record, float]] = {}  # DROPPING record, monotonic retry time
-        self.dropped: dict[str, Record] = {}  # data removed: reported DROPPED until the catalog forgets it
         self._deferred: dict[str, tuple[Record, int]] = {}
         self.coordinator_epoch = 0
         self.full_requested = True  # the next heartbeat is a full snapshot
@@ -125,6 +123,11 @@ class TaskHost:
             rng=self.rng,
         )
 
+    @property
+    def dropped(self) -> dict[str, Record]:
+        """Tasks whose data is removed, reported DROPPED until the catalog forgets them."""
+        return self.removals.done
+
     def task_gauges(self) -> list[TaskGauges]:
         return [maintainer.gauges() for maintainer in list(self.owned.values())]  # scrape thread: a copy
 
@@ -132,13 +135,13 @@ class TaskHost:
     def add_task(self, task: Record, partition: int) -> None:
         """A task record for us (a command, the catalog): update, start, or claim it."""
         task_id = task["task_id"]
-        if task_id in self._drop_after_drain:
+        if task_id in self.removals.after_drain:
             self._deferred[task_id] = (task, partition)  # starts once the old data is gone
             return
         if task["state"] == TaskState.DROPPING.value and task["owner"] == self.worker_id:
             self._drop(task)
             return
-        self.dropped.pop(task_id, None)
+        self.removals.done.pop(task_id, None)
         if self.draining.pop(task_id, None) is not None:
             self.mailboxes.unregister(task_id)  # back here: the old run's outcome no longer matters
         if task_id in self.owned:
@@ -183,7 +186,7 @@ class TaskHost:
         current = self.owned.get(task_id)
         if current is not None and task["epoch"] <= current.task["epoch"]:
             return  # a replayed or stale command
-        done = self.dropped.get(task_id)
+        done = self.removals.done.get(task_id)
         if done is not None and done["epoch"] >= task["epoch"]:
             self.mark_dirty(task_id)  # already removed: say so again
             return
@@ -203,29 +206,14 @@ class TaskHost:
         if maintainer is not None and maintainer.running is not None:
             self.draining[task_id] = maintainer
             if dropping is not None:
-                self._drop_after_drain[task_id] = dropping
+                self.removals.after_drain[task_id] = dropping
         else:
             if maintainer is not None:
                 self.mailboxes.unregister(task_id)
             if dropping is not None:
-                self._remove_data(dropping)
+                self.removals.remove(dropping)
         if maintainer is not None:
             self._fit_run_queue()
-
-    def _remove_data(self, dropping: Record) -> None:
-        """Delete a dropped task's table (and MV log / helper state); report it DROPPED once gone, or
-        try again after DROP_RETRY_S (the warehouse may be away)."""
-        task_id = dropping["task_id"]
-        self._drop_retries.pop(task_id, None)
-        try:
-            self.runner.drop(dropping)
-        except Exception as exc:
-            log.warning("%s: removing the data of the dropped task failed, retrying: %s", task_id, exc)
-            self._drop_retries[task_id] = (dropping, self.clock.monotonic() + DROP_RETRY_S)
-            return
-        log.info("%s: data of the dropped task removed (epoch %s)", task_id, dropping["epoch"])
-        self.dropped[task_id] = dropping
-        self.mark_dirty(task_id)
 
     def _stop(self, task_id: str) -> None:
         self.mailboxes.send(task_id, Stop())
@@ -248,9 +236,7 @@ class TaskHost:
         at all — the group hands off first, the host's close awaits the runs."""
         for task_id in [t for t, (_, p) in self._deferred.items() if p in partitions]:
             del self._deferred[task_id]
-        for pending in (self._drop_retries, self.dropped):  # the partition's new owner finishes them
-            for task_id in [t for t in pending if partition_for(t, PARTITIONS) in partitions]:
-                del pending[task_id]
+        self.removals.forget(lambda t: partition_for(t, PARTITIONS) not in partitions)  # new owner's now
         leaving = [task_id for task_id, p in self.partition_of.items() if p in partitions]
         for task_id in [t for t in self.waiting if partition_for(t, PARTITIONS) in partitions]:
             del self.waiting[task_id]
@@ -282,9 +268,7 @@ class TaskHost:
                 self.add_task_safely(task, partition_for(task_id, PARTITIONS))
         for task_id in [t for t in [*self.partition_of, *self.waiting] if t not in catalog]:
             self.remove(task_id)
-        for task_id in [t for t in [*self.dropped, *self._drop_retries] if t not in catalog]:
-            self.dropped.pop(task_id, None)
-            self._drop_retries.pop(task_id, None)
+        self.removals.forget(lambda t: t in catalog)
 
     # -- claims ------------------------------------------------------------------------------------
     def unanswered_claims(self) -> list[int]:
@@ -374,18 +358,12 @@ class TaskHost:
     def reap_drained(self) -> None:
         """Forget drained maintainers whose run has ended; drop their data and start deferred tasks;
         retry the data removals that failed."""
-        now = self.clock.monotonic()
-        for retried, retry_at in list(self._drop_retries.values()):
-            if now >= retry_at:
-                self._remove_data(retried)
+        self.removals.retry_due()
         for task_id, maintainer in list(self.draining.items()):
             if maintainer.running is None:  # its outcome was handled (and recorded)
                 del self.draining[task_id]
                 self.mailboxes.unregister(task_id)
-                dropping = self._drop_after_drain.pop(task_id, None)
-                if dropping is not None:
-                    log.info("%s: its cancelled run ended: removing the dropped task's data", task_id)
-                    self._remove_data(dropping)
+                self.removals.drained(task_id)
                 deferred = self._deferred.pop(task_id, None)
                 if deferred is not None:
                     self.add_task_safely(*deferred)
@@ -397,9 +375,7 @@ class TaskHost:
         if self.pollers:
             self.mailboxes.stop()
         self.mailboxes.run_pending()
-        for dropping in self._drop_after_drain.values():
-            self._remove_data(dropping)
-        self._drop_after_drain.clear()
+        self.removals.remove_all_drained()
 
     # -- heartbeats --------------------------------------------------------------------------------
     def _report_now(self) -> None:

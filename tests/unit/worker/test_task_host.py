@@ -11,7 +11,8 @@ from tests.support.maintainer_harness import CTX, WAIT, Gate, Harness, mv
 from workers.coordinator.effects import manager_command
 from workers.kafka.messages import partition_for
 from workers.records import Record
-from workers.worker.host import DROP_RETRY_S, MAX_CLOCK_SKEW_MS, PARTITIONS, TaskHost
+from workers.worker.drops import DROP_RETRY_S
+from workers.worker.host import MAX_CLOCK_SKEW_MS, PARTITIONS, TaskHost
 
 
 @pytest.fixture
