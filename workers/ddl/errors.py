@@ -6,6 +6,14 @@ typed the statement, so callers can pass ``str(error)`` straight through.
 
 from __future__ import annotations
 
+from sqlglot import exp
+
+
+def start_of(node: exp.Expr) -> int | None:
+    """The 0-based offset in the query text of ``node``'s first token, when sqlglot kept it."""
+    starts = [n.meta["start"] for n in node.walk() if isinstance(n.meta.get("start"), int)]
+    return min(starts) if starts else None
+
 
 class DdlError(ValueError):
     """Base of every error the DDL front end raises; ``position`` is a 0-based offset when known."""

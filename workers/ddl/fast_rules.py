@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
+from workers.ddl.errors import start_of
 from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem, derived_column
 
 AGGREGATES: dict[type[exp.Expr], str] = {
@@ -52,10 +53,7 @@ class NotEligible(Exception):
     @property
     def position(self) -> int | None:
         """The 0-based offset in the query text of the first token of ``node``, when sqlglot kept it."""
-        if self.node is None:
-            return None
-        starts = [n.meta["start"] for n in self.node.walk() if isinstance(n.meta.get("start"), int)]
-        return min(starts) if starts else None
+        return None if self.node is None else start_of(self.node)
 
 
 def table_of(node: exp.Expr | None) -> exp.Table:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
-from workers.ddl.errors import InvalidQueryError
+from workers.ddl.errors import InvalidQueryError, start_of
 
 # Delta's DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES without column mapping.
 INVALID_CHARACTERS = frozenset(" ,;{}()\n\t=")
@@ -40,7 +40,7 @@ def check_output_names(tree: exp.Query) -> None:
         raise InvalidQueryError(
             f"output column {index} would be named '{_short(name)}', which a Delta table cannot hold "
             f"(it contains {shown}); {how}",
-            _start(projection),
+            start_of(projection),
         )
 
 
@@ -55,11 +55,6 @@ def _first_select(tree: exp.Expr) -> exp.Select | None:
         else:
             return None
     return node
-
-
-def _start(node: exp.Expr) -> int | None:
-    starts = [n.meta["start"] for n in node.walk() if isinstance(n.meta.get("start"), int)]
-    return min(starts) if starts else None
 
 
 def _short(text: str) -> str:
