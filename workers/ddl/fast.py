@@ -161,7 +161,7 @@ def _plan(tree: exp.Query, base_tables: tuple[str, ...], columns_of: ColumnsOf |
     window = select.find(exp.Window)
     if window is not None:
         raise NotEligible("window functions are not supported", window)
-    _check_deterministic(select)
+    check_deterministic(select)
     for item in select.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             raise NotEligible("SELECT * is not supported; list the output columns", item)
@@ -220,7 +220,8 @@ def _unqualified(select: exp.Select, qualifiers: set[str]) -> exp.Select:
     return copy
 
 
-def _check_deterministic(select: exp.Select) -> None:
+def check_deterministic(select: exp.Select) -> None:
+    """NotEligible at the first function whose value a re-evaluation over the changes could change."""
     for func in select.find_all(exp.Func):
         name = func.name.lower() if isinstance(func, exp.Anonymous) else ""
         if isinstance(func, _NONDETERMINISTIC_TYPES) or name in _NONDETERMINISTIC_NAMES:

@@ -20,6 +20,7 @@ FastKind = Literal[
     "aggregate_having",
     "union_projection",
     "join_aggregate_having",
+    "tree",
 ]
 FAST_KINDS: tuple[FastKind, ...] = (
     "projection",
@@ -29,6 +30,7 @@ FAST_KINDS: tuple[FastKind, ...] = (
     "aggregate_having",  # GROUP BY … HAVING: a newer kind, recomputed completely by older workers
     "union_projection",  # UNION ALL of projections: ``tables`` lists the tables its branches read
     "join_aggregate_having",  # GROUP BY … HAVING over a join: ``inputs`` are its group keys only
+    "tree",  # the operator tree (``workers.ddl.tree``): ``tree`` holds it, ``tables`` its scans
 )
 # Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
 JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate", "join_aggregate_having")
@@ -117,11 +119,14 @@ class FastRefreshPlan:
     join_keys: tuple[JoinKey, ...] = ()
     inputs: tuple[JoinInput, ...] = ()
     source: str | None = None
+    # Kind ``tree``: the operator tree as JSON (``workers.ddl.tree.values``); ``tables`` then lists
+    # every scan (a self-join's table twice, by its aliases).
+    tree: str | None = None
 
     @property
     def base_tables(self) -> tuple[str, ...]:
-        """Every base table whose changes the plan applies."""
-        return tuple(t.table for t in self.tables) if self.tables else (self.base_table,)
+        """Every base table whose changes the plan applies (each once)."""
+        return tuple(dict.fromkeys(t.table for t in self.tables)) if self.tables else (self.base_table,)
 
     @property
     def needs_recompute_on_delete(self) -> bool:
@@ -142,40 +147,41 @@ def plan_record(plan: QueryPlan) -> dict[str, Any]:
     fast = plan.fast_refresh
     if fast is None:
         return {"fast_refresh": None, "fast_reason": plan.fast_reason}
+    return {"fast_refresh": fast_plan_record(fast), "fast_reason": ""}
+
+
+def fast_plan_record(fast: FastRefreshPlan) -> dict[str, Any]:
+    """``fast`` as an ``io.mvs.FastRefreshPlan`` record."""
     return {
-        "fast_refresh": {
-            "kind": fast.kind,
-            "base_table": fast.base_table,
-            "group_by": list(fast.group_by),
-            "items": [{"name": i.name, "sql": i.sql, "column": i.column} for i in fast.items],
-            "aggregates": [
-                {
-                    "function": a.function,
-                    "column": a.column,
-                    "name": a.name,
-                    "needs_recompute_on_delete": a.needs_recompute_on_delete,
-                    "argument": a.argument,
-                }
-                for a in fast.aggregates
-            ],
-            "where": fast.where,
-            "qualifier": fast.qualifier,
-            "tables": [{"table": t.table, "qualifier": t.qualifier} for t in fast.tables],
-            "join_keys": [
-                {
-                    "left_table": k.left_table,
-                    "left_column": k.left_column,
-                    "right_table": k.right_table,
-                    "right_column": k.right_column,
-                }
-                for k in fast.join_keys
-            ],
-            "inputs": [
-                {"name": i.name, "sql": i.sql, "table": i.table, "column": i.column} for i in fast.inputs
-            ],
-            "source": fast.source,
-        },
-        "fast_reason": "",
+        "kind": fast.kind,
+        "base_table": fast.base_table,
+        "group_by": list(fast.group_by),
+        "items": [{"name": i.name, "sql": i.sql, "column": i.column} for i in fast.items],
+        "aggregates": [
+            {
+                "function": a.function,
+                "column": a.column,
+                "name": a.name,
+                "needs_recompute_on_delete": a.needs_recompute_on_delete,
+                "argument": a.argument,
+            }
+            for a in fast.aggregates
+        ],
+        "where": fast.where,
+        "qualifier": fast.qualifier,
+        "tables": [{"table": t.table, "qualifier": t.qualifier} for t in fast.tables],
+        "join_keys": [
+            {
+                "left_table": k.left_table,
+                "left_column": k.left_column,
+                "right_table": k.right_table,
+                "right_column": k.right_column,
+            }
+            for k in fast.join_keys
+        ],
+        "inputs": [{"name": i.name, "sql": i.sql, "table": i.table, "column": i.column} for i in fast.inputs],
+        "source": fast.source,
+        "tree": fast.tree,
     }
 
 
@@ -187,25 +193,27 @@ def plan_from_record(record: Mapping[str, Any]) -> QueryPlan:
         return QueryPlan(None, str(record.get("fast_reason") or ""))
     if fast["kind"] not in FAST_KINDS:
         return QueryPlan(None, f"this worker does not know fast-refresh plans of kind {fast['kind']}")
-    return QueryPlan(
-        FastRefreshPlan(
-            kind=cast(FastKind, fast["kind"]),
-            base_table=fast["base_table"],
-            group_by=tuple(fast.get("group_by", ())),
-            items=tuple(SelectItem(i["name"], i["sql"], i.get("column")) for i in fast.get("items", ())),
-            aggregates=tuple(_aggregate(a) for a in fast.get("aggregates", ())),
-            where=fast.get("where"),
-            qualifier=fast.get("qualifier", ""),
-            tables=tuple(JoinTable(t["table"], t["qualifier"]) for t in fast.get("tables", ())),
-            join_keys=tuple(
-                JoinKey(k["left_table"], k["left_column"], k["right_table"], k["right_column"])
-                for k in fast.get("join_keys", ())
-            ),
-            inputs=tuple(
-                JoinInput(i["name"], i["sql"], i["table"], i["column"]) for i in fast.get("inputs", ())
-            ),
-            source=fast.get("source"),
-        )
+    return QueryPlan(fast_plan_from_record(fast))
+
+
+def fast_plan_from_record(fast: Mapping[str, Any]) -> FastRefreshPlan:
+    """The ``io.mvs.FastRefreshPlan`` record ``fast`` (of a known kind) as a FastRefreshPlan."""
+    return FastRefreshPlan(
+        kind=cast(FastKind, fast["kind"]),
+        base_table=fast["base_table"],
+        group_by=tuple(fast.get("group_by", ())),
+        items=tuple(SelectItem(i["name"], i["sql"], i.get("column")) for i in fast.get("items", ())),
+        aggregates=tuple(_aggregate(a) for a in fast.get("aggregates", ())),
+        where=fast.get("where"),
+        qualifier=fast.get("qualifier", ""),
+        tables=tuple(JoinTable(t["table"], t["qualifier"]) for t in fast.get("tables", ())),
+        join_keys=tuple(
+            JoinKey(k["left_table"], k["left_column"], k["right_table"], k["right_column"])
+            for k in fast.get("join_keys", ())
+        ),
+        inputs=tuple(JoinInput(i["name"], i["sql"], i["table"], i["column"]) for i in fast.get("inputs", ())),
+        source=fast.get("source"),
+        tree=fast.get("tree"),
     )
 
 

@@ -20,10 +20,11 @@ from workers.config import allowed_functions_from_env
 from workers.ddl.constructs import check_constructs
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
-from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
+from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
 from workers.ddl.output_names import check_output_names
 from workers.ddl.plan import QueryPlan
 from workers.ddl.resolve import ColumnsOf
+from workers.ddl.tree.build import plan_tree
 
 # The coordinator analyses every query on its one loop thread, and sqlglot's time grows with the
 # text (~1 s at 110 KB on a small machine): a bound keeps any one DDL far below the group's
@@ -122,6 +123,8 @@ def analyze_query(
         check_output_names(tree)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
         verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
+        if verdict.plan is None and not verdict.needs_columns and columns_of is not None:
+            verdict = _tree_or(verdict, plan_tree(tree, base_tables, columns_of))
         normalized = tree.sql(dialect=DIALECT)
     except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
         raise _too_deep() from error
@@ -133,6 +136,12 @@ def analyze_query(
         fast_position=verdict.position,
         fast_needs_columns=verdict.needs_columns,
     )
+
+
+def _tree_or(shape: FastVerdict, tree: FastVerdict) -> FastVerdict:
+    """The operator tree's plan where the shape planners refused; else the shape planners' reason
+    (the trees' refusals of what they do not cover yet say no more)."""
+    return tree if tree.plan is not None else shape
 
 
 def _too_deep() -> InvalidQueryError:

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from workers.config import Settings
 from workers.ddl.plan import FastKind, FastRefreshPlan
+from workers.ddl.tree.values import tree_from_json
 from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import read_at
 from workers.jobs.delta.metadata import MvWatermark
@@ -20,6 +21,7 @@ from workers.jobs.fast import append, apply, having, join, union
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import COMPUTE_STEP, INSERT_TYPES, Change, Scope
+from workers.jobs.fast.operators.top import tree_change
 from workers.jobs.request import RunRequest
 
 
@@ -105,6 +107,12 @@ def _union(scope: Scope, run: Run) -> tuple[Change, bool]:
     return union.union_change(scope, run.request, run.plan, run.ranges)
 
 
+def _tree(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """Each operator of the tree by its rule (``workers.jobs.fast.operators``)."""
+    assert run.plan.tree is not None, "a tree plan holds its tree"
+    return tree_change(scope, tree_from_json(run.plan.tree), run.ranges, run.state_store(scope))
+
+
 KINDS: Mapping[FastKind, Rule] = {
     "projection": Rule(_projection, matches_rows=True),
     "aggregate": Rule(_aggregate, matches_rows=False),
@@ -113,4 +121,5 @@ KINDS: Mapping[FastKind, Rule] = {
     "join_aggregate": Rule(_join, matches_rows=False),
     "join_aggregate_having": Rule(_join_aggregate_having, matches_rows=False),
     "union_projection": Rule(_union, matches_rows=True),
+    "tree": Rule(_tree, matches_rows=True),  # a projection at its top matches rows
 }

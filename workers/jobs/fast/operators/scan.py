@@ -1,0 +1,48 @@
+"""Scan: a base table occurrence, as the run sees it. Its rows at the MV's watermark (old) and at the
+pinned version (new), and its change rows in between (the MV log's, signed by ``_change_type``): read
+once per base however many occurrences read it (a self-join's two scans share them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from workers.ddl.tree.values import TreePlan
+from workers.jobs.changes.reads import Changes
+from workers.jobs.complete import read_at
+from workers.jobs.fast import apply
+
+
+@dataclass(frozen=True)
+class ScanFrames:
+    """Every base's frames: ``old`` and ``new`` rows, and ``reads`` (change rows) of the bases that
+    changed in the run's range; ``shared``: every change read came from another MV's run."""
+
+    old: Mapping[str, DataFrame]
+    new: Mapping[str, DataFrame]
+    reads: Mapping[str, Changes]
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.reads) and all(read.shared for read in self.reads.values())
+
+    @property
+    def change_rows(self) -> int:
+        return sum(read.rows for read in self.reads.values())
+
+
+def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[int, int]]) -> ScanFrames:
+    """The frames of every base ``tree`` scans; its scans' views are the run's (dropped at its end)."""
+    session, settings = scope.session, scope.settings
+    scope.views.update(s.view for s in tree.scans)
+    bases = dict.fromkeys(s.table for s in tree.scans)
+    old = {b: read_at(session, settings, b, ranges[b][0]) for b in bases}
+    new = {
+        b: old[b] if ranges[b][0] == ranges[b][1] else read_at(session, settings, b, ranges[b][1])
+        for b in bases
+    }
+    reads = {b: scope.changes(b, *ranges[b]) for b in bases if ranges[b][0] < ranges[b][1]}
+    scope.step(apply.COMPUTE_STEP)
+    return ScanFrames(old, new, reads)
