@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.common import mv_task
+from workers import warehouse
 from workers.catalog.errors import MvsError
+from workers.config import Settings
 from workers.ddl import DdlError, analyze_query
+from workers.ddl.plan import plan_record
 from workers.records import Record
 from workers.worker.runner import SparkRunner
 
@@ -24,11 +27,13 @@ class TpchMv:
     refused: str = ""
 
 
-def create(name: str, query: str, mode: str | None = None) -> TpchMv:
+def create(name: str, query: str, settings: Settings, mode: str | None = None) -> TpchMv:
     """MV ``name`` over ``query``: in ``mode``, or FAST where its plan allows and FORCE otherwise.
-    A query the coordinator's analysis refuses gets no task, and the reason."""
+    A query the coordinator's analysis refuses gets no task, and the reason. Analysed as the
+    coordinator does, with the base tables' columns read from their Delta logs in ``settings``'
+    warehouse (the plan is the task's, as the coordinator would store it)."""
     try:
-        info = analyze_query(query)
+        info = analyze_query(query, columns_of=lambda table: warehouse.table_columns(settings, table))
     except (DdlError, ValueError, TypeError) as error:
         return TpchMv(name, query, mode or "FORCE", None, f"refused: {error}")
     chosen = mode or ("FAST" if info.fast_refresh is not None else "FORCE")
@@ -40,6 +45,7 @@ def create(name: str, query: str, mode: str | None = None) -> TpchMv:
         base_tables=info.base_tables,
         refresh_mode=chosen,
     )
+    task = {**task, "mv": {**task["mv"], "plan": plan_record(info.plan)}}
     return TpchMv(name, query, chosen, task)
 
 

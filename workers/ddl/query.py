@@ -138,10 +138,11 @@ def analyze_query(
     )
 
 
-def _tree_or(shape: FastVerdict, tree: FastVerdict) -> FastVerdict:
-    """The operator tree's plan where the shape planners refused; else the shape planners' reason
-    (the trees' refusals of what they do not cover yet say no more)."""
-    return tree if tree.plan is not None else shape
+def _tree_or(shape: FastVerdict, tree: FastVerdict | None) -> FastVerdict:
+    """The operator tree's plan or refusal where the shape planners refused: the tree covers every
+    shape, so its refusal names what is left (a shape planner's "CTEs are not supported" no longer
+    holds); the shape planners' reason where the tree has nothing to say."""
+    return shape if tree is None else tree
 
 
 def _too_deep() -> InvalidQueryError:

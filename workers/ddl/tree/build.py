@@ -20,7 +20,7 @@ from workers.ddl.fast_rules import CLAUSE_MESSAGES, NotEligible
 from workers.ddl.plan import FastRefreshPlan, JoinKey, JoinTable
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.aggregate import split_aggregate
-from workers.ddl.tree.normalize import normalized
+from workers.ddl.tree.normalize import Unresolved, normalized
 from workers.ddl.tree.values import Scan, TreePlan, scan_view, tree_json
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint", "order"})
@@ -32,16 +32,22 @@ _NOT_YET = {
 }
 
 
-def plan_tree(tree: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf | None) -> FastVerdict:
-    """The ``tree`` plan of the query ``tree`` (which reads ``base_tables``), or why there is none."""
+def plan_tree(tree: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -> FastVerdict | None:
+    """The ``tree`` plan of the query ``tree`` (which reads ``base_tables``), or why there is none;
+    None when the tree has nothing to say (a table's columns unknown, or the query's columns not
+    resolved by them: the shape planners' reason names the column)."""
     try:
         return FastVerdict(_plan(tree, base_tables, columns_of))
+    except Unresolved:
+        return None
     except NotEligible as why:
+        if why.needs_columns:
+            return None
         return FastVerdict(None, str(why), why.position, why.needs_columns)
 
 
-def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf | None) -> FastRefreshPlan:
-    columns = {table: columns_of(table) if columns_of is not None else None for table in base_tables}
+def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -> FastRefreshPlan:
+    columns = {table: columns_of(table) for table in base_tables}
     known = {table: names for table, names in columns.items() if names is not None}
     if len(known) != len(columns):
         why = NotEligible("the operator tree needs the tables' columns (the coordinator reads them)")

@@ -20,6 +20,12 @@ from sqlglot.optimizer.qualify import qualify
 from workers.ddl.dialect import DIALECT
 from workers.ddl.fast_rules import NotEligible
 
+
+class Unresolved(NotEligible):
+    """sqlglot could not resolve the query's columns (ambiguous, unknown): the shape planners say
+    which column, and where."""
+
+
 # Column types do not matter to the passes used here (they rename and move, never coerce).
 _ANY_TYPE = "string"
 
@@ -33,9 +39,7 @@ def normalized(tree: exp.Query, columns: Mapping[str, Sequence[str]]) -> exp.Que
     try:
         qualified = qualify(tree.copy(), schema=schema, dialect=DIALECT, quote_identifiers=True)
     except OptimizeError as error:
-        raise NotEligible(
-            f"the query's columns could not be resolved against its tables ({error})"
-        ) from error
+        raise Unresolved(f"the query's columns could not be resolved against its tables ({error})") from error
     assert isinstance(qualified, exp.Query)
     inlined = _ctes_inlined(qualified)
     merged = merge_subqueries(inlined)

@@ -1,0 +1,145 @@
+"""The operator tree (FAST plan kind ``tree``, ``workers.ddl.tree``) built from queries the shape
+planners refuse, its record form, and its refusals (pure: sqlglot only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.tpch.queries import load_queries
+from workers.ddl import analyze_query
+from workers.ddl.plan import QueryPlan, plan_from_record, plan_record
+from workers.ddl.tree.values import INPUT_VIEW, TreePlan, tree_from_json
+
+TPCH_COLUMNS = {
+    "lineitem": "l_orderkey l_partkey l_suppkey l_linenumber l_quantity l_extendedprice l_discount l_tax "
+    "l_returnflag l_linestatus l_shipdate l_commitdate l_receiptdate l_shipinstruct l_shipmode l_comment",
+    "orders": "o_orderkey o_custkey o_orderstatus o_totalprice o_orderdate o_orderpriority o_clerk "
+    "o_shippriority o_comment",
+    "customer": "c_custkey c_name c_address c_nationkey c_phone c_acctbal c_mktsegment c_comment",
+    "part": "p_partkey p_name p_mfgr p_brand p_type p_size p_container p_retailprice p_comment",
+    "supplier": "s_suppkey s_name s_address s_nationkey s_phone s_acctbal s_comment",
+    "partsupp": "ps_partkey ps_suppkey ps_availqty ps_supplycost ps_comment",
+    "nation": "n_nationkey n_name n_regionkey n_comment",
+    "region": "r_regionkey r_name r_comment",
+}
+COLUMNS = {"t": ("k", "g", "v"), "u": ("k", "w")}
+
+
+def tpch_columns(table: str) -> tuple[str, ...] | None:
+    found = TPCH_COLUMNS.get(table)
+    return None if found is None else tuple(found.split())
+
+
+def columns(table: str) -> tuple[str, ...] | None:
+    return COLUMNS.get(table)
+
+
+def tree_of(sql: str) -> TreePlan:
+    info = analyze_query(sql, columns_of=columns)
+    assert info.fast_refresh is not None, info.fast_reason
+    assert info.fast_refresh.kind == "tree" and info.fast_refresh.tree is not None
+    return tree_from_json(info.fast_refresh.tree)
+
+
+def test_tpch_q7_is_a_self_join_of_nation_under_an_aggregate_by_year() -> None:
+    info = analyze_query(load_queries()["q07"], columns_of=tpch_columns)
+    assert info.fast_refresh is not None and info.fast_refresh.kind == "tree", info.fast_reason
+    tree = tree_from_json(info.fast_refresh.tree or "")
+    assert [(s.table, s.alias) for s in tree.scans] == [
+        ("supplier", "supplier"),
+        ("lineitem", "lineitem"),
+        ("orders", "orders"),
+        ("customer", "customer"),
+        ("nation", "n1"),
+        ("nation", "n2"),
+    ]
+    assert info.fast_refresh.base_tables == ("supplier", "lineitem", "orders", "customer", "nation")
+    assert tree.aggregate is not None and tree.aggregate.base_table == INPUT_VIEW
+    assert tree.aggregate.group_by == ("supp_nation", "cust_nation", "l_year")
+    assert "EXTRACT(YEAR FROM `lineitem`.`l_shipdate`) AS `l_year`" in tree.block_sql
+    assert "__mvs_scan4 AS `n1`" in tree.block_sql and "__mvs_scan5 AS `n2`" in tree.block_sql
+    assert "ORDER BY" not in tree.block_sql  # not stored
+    keyed = {(k.left_table, k.left_column, k.right_table, k.right_column) for k in tree.keys}
+    assert ("__mvs_scan3", "c_nationkey", "__mvs_scan5", "n_nationkey") in keyed
+    assert tree.describe() == [
+        "scan supplier AS supplier: MV-log change rows",
+        "scan lineitem AS lineitem: MV-log change rows",
+        "scan orders AS orders: MV-log change rows",
+        "scan customer AS customer: MV-log change rows",
+        "scan nation AS n1: MV-log change rows",
+        "scan nation AS n2: MV-log change rows",
+        "inner join of 6 inputs: linear, Σ_i T1'⋈…⋈ΔTi⋈…⋈Tn over the occurrences",
+        "filter: linear, applied to the change rows",
+        "aggregate (top): merge of the signed input rows (aggregate)",
+    ]
+
+
+@pytest.mark.parametrize("name", ["q07", "q09"])
+def test_the_tpch_queries_the_shape_planners_refuse_get_a_tree(name: str) -> None:
+    info = analyze_query(load_queries()[name], columns_of=tpch_columns)
+    assert info.fast_refresh is not None and info.fast_refresh.kind == "tree", info.fast_reason
+
+
+def test_a_cte_read_twice_is_two_scans_of_its_table() -> None:
+    tree = tree_of(
+        "WITH x AS (SELECT k, v * 2 AS vv FROM t WHERE v > 0) "
+        "SELECT a.k, b.vv AS bv FROM x a JOIN x b ON a.k = b.k"
+    )
+    assert [s.table for s in tree.scans] == ["t", "t"] and tree.top == "projection"
+    assert tree.block_sql.count("> 0") == 2  # each copy keeps the CTE's filter
+    assert tree.filtered and len(tree.keys) == 1
+
+
+def test_group_by_expressions_and_aggregate_arguments_become_input_columns() -> None:
+    tree = tree_of(
+        "SELECT upper(t.g) AS ug, COUNT(*) AS n, SUM(t.v * u.w) AS s, MAX(t.v * u.w) AS hi "
+        "FROM (SELECT * FROM t) t JOIN u ON t.k = u.k GROUP BY upper(t.g)"
+    )
+    assert tree.aggregate is not None and tree.aggregate.group_by == ("ug",)
+    assert tree.aggregate_sql == (
+        "SELECT `ug`, COUNT(*) AS `n`, SUM(`__mvs_a0`) AS `s`, MAX(`__mvs_a0`) AS `hi` FROM __mvs_input "
+        "GROUP BY `ug`"
+    )  # one input column for the argument both aggregates read
+    assert "UPPER(`t`.`g`) AS `ug`" in tree.block_sql and "AS `__mvs_a0`" in tree.block_sql
+
+
+def test_having_at_the_top_is_recomputed_by_group() -> None:
+    tree = tree_of(
+        "SELECT g, SUM(v) AS s FROM (SELECT g, v FROM t WHERE k > 0) d GROUP BY g HAVING COUNT(*) > 1"
+    )
+    assert tree.aggregate is not None and tree.aggregate.kind == "aggregate_having"
+    assert tree.describe()[-1].startswith("aggregate (top): recompute of the groups reached")
+
+
+def test_the_plan_record_carries_the_tree() -> None:
+    info = analyze_query("SELECT a.k, b.v FROM t a JOIN t b ON a.k = b.g", columns_of=columns)
+    assert info.fast_refresh is not None and info.fast_refresh.kind == "tree"
+    back = plan_from_record(plan_record(QueryPlan(info.fast_refresh)))
+    assert back.fast_refresh == info.fast_refresh
+    assert back.fast_refresh.base_tables == ("t",)  # each base once, however many scans read it
+
+
+@pytest.mark.parametrize(
+    ("sql", "construct", "words"),
+    [
+        # where its first token sqlglot keeps a place for is (the joined table, the subquery's body)
+        ("SELECT t.k FROM t LEFT JOIN u ON t.k = u.k", "u ON", "LEFT JOIN is not yet FAST"),
+        ("SELECT k FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k)", "1 FROM u", "a subquery"),
+        ("SELECT k FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) d", "k, COUNT(*)", "a subquery"),
+        ("WITH x AS (SELECT k FROM t) SELECT x.k, v FROM x JOIN t USING (k) LIMIT 3", None, "LIMIT"),
+        ("WITH x AS (SELECT k FROM t) SELECT COUNT(DISTINCT k) AS n FROM x", None, "COUNT(DISTINCT"),
+    ],
+)
+def test_a_refusal_names_the_operator_and_where_it_is(sql: str, construct: str | None, words: str) -> None:
+    info = analyze_query(sql, columns_of=columns)
+    assert info.fast_refresh is None and words in info.fast_reason, info.fast_reason
+    if construct is not None:
+        assert info.fast_position is not None
+        assert sql[info.fast_position :].startswith(construct), sql[info.fast_position :]
+
+
+def test_without_the_tables_columns_the_shape_planners_reason_stands() -> None:
+    info = analyze_query("WITH x AS (SELECT k FROM t) SELECT k FROM x")
+    assert info.fast_refresh is None and "CTE" in info.fast_reason
+    ambiguous = analyze_query("SELECT k FROM t JOIN u ON g = w", columns_of=columns)
+    assert ambiguous.fast_reason.startswith("column k is ambiguous")
