@@ -90,6 +90,7 @@ PLAN_WORDS = {
     "aggregate_having": "keyed merge of recomputed groups",
     "join_aggregate_having": "keyed merge of recomputed groups",
     "union_projection": "UNION ALL over",
+    "tree": "operator tree [scan",  # the tree's rules, operator by operator (test_fast_tree)
 }
 
 

@@ -21,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.jobs.test_fast_properties import JOINED, warehouse_settings  # noqa: F401
-from tests.support.fast_checks import Scenario
+from tests.integration.jobs.test_fast_properties import JOINED, run_stream, warehouse_settings  # noqa: F401
 from tests.support.fast_shapes import Shape
 from tests.support.fast_streams import Stream, streams
 from workers.config import Settings
@@ -76,15 +75,4 @@ def test_fast_refresh_by_the_operator_tree_equals_the_query_at_its_watermark(
     case: tuple[list[Shape], Stream],
 ) -> None:
     shapes, stream = case
-    scenario = Scenario(spark, warehouse_settings, shapes)
-    try:
-        scenario.create(stream.initial, stream.others)
-        for ops in stream.rounds:
-            for op in ops:
-                scenario.apply(op)
-            scenario.refresh_all()
-    finally:
-        scenario.drop()
-    for mv in scenario.mvs:  # every incremental run names the tree's rules
-        runs = [line for line in scenario.log if line.startswith(f"refresh {mv} ") and "incremental:" in line]
-        assert runs and all("operator tree [scan" in line for line in runs), runs
+    run_stream(spark, warehouse_settings, shapes, stream)
