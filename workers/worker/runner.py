@@ -44,7 +44,7 @@ class RunResult:
 
 
 class Runner(Protocol):
-    def base_versions(self, tables: list[str]) -> dict[str, int]: ...
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]: ...
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult: ...
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult: ...
     def cancel(self, job_group: str) -> None: ...
@@ -87,12 +87,13 @@ class SparkRunner:
         thread.start()
         return thread
 
-    def base_versions(self, tables: list[str]) -> dict[str, int]:
-        """Latest Delta version of each base table, read from the Delta log listing (no Spark job)."""
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]:
+        """Latest Delta version of each base table, read from the Delta log listing (no Spark job);
+        ``quick``: one attempt per table (a look from the loop thread, ``warehouse.QUICK_LOOK``)."""
         versions: dict[str, int] = {}
         for table in tables:
             with _storage_errors():  # an unreadable warehouse is a coded failure too
-                version = latest_version(self.settings, table)
+                version = latest_version(self.settings, table, quick=quick)
             if version is None:
                 raise MvsError(
                     ErrorCode.NOT_FOUND,
