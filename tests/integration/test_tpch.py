@@ -24,7 +24,6 @@ from bench.tpch.queries import load_queries
 from tests.support.fast_checks import multiset_difference
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl import analyze_query
 from workers.jobs import read_watermark
 from workers.status import table
 from workers.worker.runner import SparkRunner
@@ -82,7 +81,7 @@ def tpch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outc
     settings = Settings(warehouse=str(folder / "warehouse"))
     tpch_data = data.generate(spark, settings, SF, ROUNDS, folder=str(folder / "dbgen"))
     runner, oracle = SparkRunner(settings), Oracle(spark, settings)
-    outcomes = {name: Outcome(create(name, sql)) for name, sql in QUERIES.items()}
+    outcomes = {name: Outcome(create(settings, name, sql)) for name, sql in QUERIES.items()}
     for round_ in range(ROUNDS + 1):
         if round_:
             data.rf1(spark, tpch_data, round_ - 1)
@@ -133,7 +132,8 @@ def test_runs_are_fast_exactly_where_the_plan_allows(tpch: dict[str, Outcome], q
     """A FAST MV refreshes incrementally after every round (or skips when no base it reads changed);
     a FORCE MV, made only for queries without a FAST plan, recomputes and names the plan's reason."""
     outcome = tpch[query]
-    plan = analyze_query(outcome.mv.query).plan
+    plan = outcome.mv.plan
+    assert plan is not None, outcome.mv.refused
     refreshed = [r for r in outcome.runs[1:] if r.state != "SKIPPED"]
     if outcome.mv.mode == "FAST":
         assert all(r.fast for r in refreshed), [r.message for r in refreshed]
