@@ -74,7 +74,7 @@ def test_tpch_q7_is_a_self_join_of_nation_under_an_aggregate_by_year() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["q07", "q09"])
+@pytest.mark.parametrize("name", ["q07", "q08", "q09"])
 def test_the_tpch_queries_the_shape_planners_refuse_get_a_tree(name: str) -> None:
     info = analyze_query(load_queries()[name], columns_of=tpch_columns)
     assert info.fast_refresh is not None and info.fast_refresh.kind == "tree", info.fast_reason

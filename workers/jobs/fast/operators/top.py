@@ -4,7 +4,8 @@
   rewrite merge of ``apply.projection_change`` (net copies per distinct row, exact for duplicates);
 * aggregate (``TreePlan.aggregate``, a one-input aggregate over the block): the block's signed rows
   are its input's change rows and the block at the pinned version its input at v, merged by
-  ``aggregate.merge.aggregate_merge`` (with helper state where it needs one), or with HAVING the
+  ``aggregate.merge.aggregate_merge`` through its ``InputAtV`` seam (``inputs.base_input`` over the
+  block at v; with helper state where it needs one), or with HAVING the
   groups they reach recomputed (``having.having_change``).
 """
 
@@ -21,6 +22,7 @@ from workers.ddl.tree.values import INPUT_VIEW, TreePlan
 from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.inputs import base_input
 from workers.jobs.fast.operators.inner_join import block_at_new, block_delta
 from workers.jobs.fast.operators.scan import ScanFrames, scan_frames
 
@@ -67,8 +69,12 @@ def _aggregate(scope: apply.Scope, tree: TreePlan, frames: ScanFrames, state: St
     rows = gained.withColumn("_change_type", F.lit("insert")).unionByName(
         lost.withColumn("_change_type", F.lit("delete"))
     )
-    at_v = block_at_new(scope, tree, frames)
+    block = block_at_new(scope, tree, frames)
     mv = scope.mv_frame()
     if plan.kind == "aggregate_having":
-        return having.having_change(scope, query, plan, rows, mv, at_v)
+        return having.having_change(scope, query, plan, rows, mv, block)
+    # The block at v is the aggregate's one input, as a base is a one-table aggregate's.
+    at_v = replace(
+        base_input(scope, query, plan, block), changes="the joined change rows", source="the bases"
+    )
     return aggregate_merge(scope, query, plan, rows, mv, at_v, state, change_rows=frames.change_rows)
