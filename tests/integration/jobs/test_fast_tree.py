@@ -2,12 +2,12 @@
 
 The shapes the shape planners refuse and the tree takes: self-joins (a table read twice, both
 occurrences changing in one range), CTEs (one read twice: a self-join of two copies) and derived
-tables folded into their query, GROUP BY expressions, aggregates over expressions of two tables, and
-HAVING, each over three bases. Random change streams on every base (``fast_streams``: NULL keys,
-duplicates, key updates, deletes of all matches, several commits between refreshes, purges), through
-the real jobs on real Spark and Delta (``fast_checks.Scenario``): after every refresh each MV holds
-exactly the multiset its query returns over the bases at its watermark, and the run was incremental
-and names its operators' rules.
+tables folded into their query, GROUP BY expressions, aggregates over expressions of two tables,
+HAVING, and SELECT DISTINCT (a GROUP BY of its outputs), each over three bases. Random change
+streams on every base (``fast_streams``: NULL keys, duplicates, key updates, deletes of all
+matches, several commits between refreshes, purges), through the real jobs on real Spark and Delta
+(``fast_checks.Scenario``): after every refresh each MV holds exactly the multiset its query returns
+over the bases at its watermark, and the run was incremental and names its operators' rules.
 
 Default (``ci`` profile): the explicit example plus one generated stream, one MV per scenario.
 """
@@ -56,6 +56,13 @@ TREE_SHAPES = [
         "SELECT parity, COUNT(*) AS n, SUM(amount) AS total FROM (SELECT a.k2 % 2 AS parity, "
         "a.v * b.d AS amount FROM {t0} a, {t1} b, {t2} c WHERE a.k1 = b.k1 AND c.k2 = b.k2) s "
         "GROUP BY parity HAVING COUNT(*) > 1",
+        3,
+    ),
+    # SELECT DISTINCT over a self-join: a GROUP BY of its outputs (NULLs one group; copies come and go).
+    Shape(
+        "tree",
+        "SELECT DISTINCT a.k1, b2.k2 AS bk2 FROM {t0} a JOIN {t1} b1 ON a.k1 = b1.k1 "
+        "JOIN {t1} b2 ON b1.k2 = b2.k2 JOIN {t2} c ON c.k1 = a.k1",
         3,
     ),
 ]

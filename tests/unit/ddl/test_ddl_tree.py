@@ -111,6 +111,13 @@ def test_having_at_the_top_is_recomputed_by_group() -> None:
     assert tree.describe()[-1].startswith("aggregate (top): recompute of the groups reached")
 
 
+def test_select_distinct_is_a_group_by_of_every_output() -> None:
+    tree = tree_of("SELECT DISTINCT upper(t.g) AS ug, u.w, upper(t.g) AS ug2 FROM t, u WHERE t.k = u.k")
+    assert tree.distinct and tree.aggregate is not None and tree.aggregate.group_by == ("ug", "w")
+    assert tree.aggregate_sql == "SELECT `ug`, `w`, `ug` AS `ug2` FROM __mvs_input GROUP BY `ug`, `w`"
+    assert tree.describe()[-1].startswith("distinct (top, as GROUP BY of every output): merge")
+
+
 def test_the_plan_record_carries_the_tree() -> None:
     info = analyze_query("SELECT a.k, b.v FROM t a JOIN t b ON a.k = b.g", columns_of=columns)
     assert info.fast_refresh is not None and info.fast_refresh.kind == "tree"
@@ -128,6 +135,7 @@ def test_the_plan_record_carries_the_tree() -> None:
         ("SELECT k FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) d", "k, COUNT(*)", "a subquery"),
         ("WITH x AS (SELECT k FROM t) SELECT x.k, v FROM x JOIN t USING (k) LIMIT 3", None, "LIMIT"),
         ("WITH x AS (SELECT k FROM t) SELECT COUNT(DISTINCT k) AS n FROM x", None, "COUNT(DISTINCT"),
+        ("SELECT DISTINCT COUNT(*) AS n FROM t JOIN u USING (k)", None, "DISTINCT over an aggregate"),
     ],
 )
 def test_a_refusal_names_the_operator_and_where_it_is(sql: str, construct: str | None, words: str) -> None:

@@ -39,6 +39,8 @@ def split_aggregate(select: exp.Select) -> SplitAggregate:
         raise NotEligible("ROLLUP, CUBE and GROUPING SETS are not supported", group)
     keys: list[tuple[exp.Expr, str]] = []
     for index, key in enumerate(group.expressions if group is not None else []):
+        if any(key == seen for seen, _ in keys):
+            continue  # grouped twice by one expression (DISTINCT a AS x, a AS y): one key
         named = next(
             (i.alias for i in select.expressions if isinstance(i, exp.Alias) and i.this == key), None
         )

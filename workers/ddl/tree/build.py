@@ -25,8 +25,6 @@ from workers.ddl.tree.values import Scan, TreePlan, scan_view, tree_json
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint", "order"})
 _NOT_YET = {
-    "distinct": "DISTINCT is not yet FAST in the operator tree (its keyed recompute is not built); "
-    "use GROUP BY over the columns, or REFRESH COMPLETE",
     "limit": "LIMIT (top-N) is not yet FAST in the operator tree; drop the LIMIT (limit when reading "
     "the MV) or use REFRESH COMPLETE",
 }
@@ -55,6 +53,7 @@ def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -
         raise why
     _check_output_names(query)
     select = normalized(query, known)
+    distinct = isinstance(select, exp.Select) and _distinct_as_group_by(select)
     if isinstance(select, exp.SetOperation):
         raise NotEligible("set operations inside the operator tree are not yet FAST", select)
     if not isinstance(select, exp.Select):
@@ -87,9 +86,28 @@ def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -
         block.set("expressions", split.input_items)
         block.set("group", None)
         block.set("having", None)
-        tree = TreePlan(scans, keys, filtered, block.sql(dialect=DIALECT), "aggregate", split.plan, split.sql)
+        block_sql = block.sql(dialect=DIALECT)
+        tree = TreePlan(scans, keys, filtered, block_sql, "aggregate", split.plan, split.sql, distinct)
     tables = tuple(JoinTable(s.table, s.alias) for s in scans)
     return FastRefreshPlan("tree", scans[0].table, (), (), (), None, tables=tables, tree=tree_json(tree))
+
+
+def _distinct_as_group_by(select: exp.Select) -> bool:
+    """A ``SELECT DISTINCT`` without aggregates made a GROUP BY of its output expressions (the same
+    rows: one per distinct output row), so the aggregate at the top maintains it; whether it was."""
+    found = select.args.get("distinct")
+    if found is None:
+        return False
+    if found.args.get("on") is not None:
+        raise NotEligible("DISTINCT ON is not supported", found)
+    if select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions):
+        raise NotEligible(
+            "DISTINCT over an aggregate is not yet FAST in the operator tree; use REFRESH COMPLETE", found
+        )
+    select.set("distinct", None)
+    keys = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    select.set("group", exp.Group(expressions=[key.copy() for key in keys]))
+    return True
 
 
 def _check_output_names(query: exp.Query) -> None:

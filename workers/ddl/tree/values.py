@@ -47,6 +47,7 @@ class TreePlan:
     top: TopKind
     aggregate: FastRefreshPlan | None = None  # top == "aggregate": over INPUT_VIEW
     aggregate_sql: str | None = None
+    distinct: bool = False  # the aggregate is the query's SELECT DISTINCT (GROUP BY every output)
 
     def describe(self) -> list[str]:
         """One line per operator, "operator: rule", from the leaves up (for run messages, EXPLAIN)."""
@@ -62,7 +63,8 @@ class TreePlan:
         else:
             assert self.aggregate is not None
             how = "recompute of the groups reached" if self.aggregate.kind == "aggregate_having" else "merge"
-            lines.append(f"aggregate (top): {how} of the signed input rows ({self.aggregate.kind})")
+            what = "distinct (top, as GROUP BY of every output)" if self.distinct else "aggregate (top)"
+            lines.append(f"{what}: {how} of the signed input rows ({self.aggregate.kind})")
         return lines
 
 
@@ -76,6 +78,7 @@ def tree_json(tree: TreePlan) -> str:
         "top": tree.top,
         "aggregate": None if tree.aggregate is None else fast_plan_record(tree.aggregate),
         "aggregate_sql": tree.aggregate_sql,
+        "distinct": tree.distinct,
     }
     return json.dumps(record, sort_keys=True)
 
@@ -92,4 +95,5 @@ def tree_from_json(text: str) -> TreePlan:
         top=record["top"],
         aggregate=None if aggregate is None else fast_plan_from_record(aggregate),
         aggregate_sql=record.get("aggregate_sql"),
+        distinct=bool(record.get("distinct")),
     )
