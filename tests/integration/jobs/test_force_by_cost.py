@@ -58,8 +58,7 @@ def test_force_flips_with_the_change_size_and_records_what_it_considered(
     s = local_settings
     tables.create_table(spark, s, "events", _rows(0, 2000), SCHEMA)
     mvlog.create_mv_log(spark, s, "events")
-    runner = SparkRunner(s, priors=MODEL, learn=False)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(s, lambda _settings: spark, priors=MODEL, learn=False)
     first = _refresh(runner, "r0")
     assert first.planning is not None and first.planning["reason"] == "complete: first build"
     assert first.planning["base_rows"] == 2000 and first.planning["change_rows"] is None
