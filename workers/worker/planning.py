@@ -1,8 +1,8 @@
 """FORCE's choice by cost, and the planning information every refresh run records. Pure.
 
 Each technique costs a fixed part plus a part per row it handles: FAST the change rows of its range,
-COMPLETE the rows it reads and writes (the bases' and the MV's). The figures start from priors
-measured on ``bench.fast_vs_complete`` and are learnt per MV from its runs' outcomes
+COMPLETE the rows it reads and writes (the bases' and the MV's). The figures start from rough priors
+and are learnt per MV from its runs' outcomes
 (``CostModel.learned``: an exponentially weighted average, of the fixed part from runs where it
 dominates, of the per-row part from the others). ``plan_run`` takes every input as a value (the
 sizes from the Delta logs: ``workers.jobs.delta.sizes``), so it is tested without Spark.
@@ -24,9 +24,9 @@ FAST, COMPLETE = "FAST", "COMPLETE"
 BULK_SHARE = 0.5
 # Weight of the newest outcome in a learnt cost.
 LEARNING_WEIGHT = 0.3
-# Priors (bench.fast_vs_complete on the 2-core machine, 1M rows): a FAST run's fixed cost is its
-# Spark jobs and Delta commits; per change row it reads, matches and merges; a complete run reads
-# every base row and writes every MV row.
+# Priors, rough and not yet calibrated (each MV's own runs correct them): a FAST run's fixed cost is
+# its Spark jobs and Delta commits, then per change row it reads, matches and merges; a complete run
+# reads every base row and writes every MV row.
 FAST_FIXED_MS, FAST_MS_PER_ROW = 1200.0, 0.02
 COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW = 1000.0, 0.002
 
