@@ -49,7 +49,7 @@ def mv_task(
     plan: QueryPlan | None = None,
 ) -> Record:
     """A TaskRecord as the coordinator hands it to worker WORKER_ID (ADD_MAINTAINER). ``plan``: the
-    coordinator's analysis of ``query`` (``workers.coordinator.ddl.analyzed_query``), else the worker's
+    coordinator's analysis of ``query`` (``workers.ddl.analysis.analyze_mv_query``), else the worker's
     own, as for a record without one (``with_plan``: no table columns, so a join must qualify its own)."""
     spec: Record = {
         "query": query,

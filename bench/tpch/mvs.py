@@ -12,8 +12,8 @@ from bench.common import mv_task
 from workers import warehouse
 from workers.catalog.errors import MvsError
 from workers.config import Settings
-from workers.coordinator.ddl import analyzed_query
 from workers.ddl import QueryPlan
+from workers.ddl.analysis import analyze_mv_query
 from workers.records import Record
 from workers.worker.runner import SparkRunner
 
@@ -33,7 +33,7 @@ def create(settings: Settings, name: str, query: str, mode: str | None = None) -
     Analysed as the coordinator does (the bases' columns read from their Delta logs in ``settings``'
     warehouse); a query it refuses gets no task, and the reason."""
     try:
-        info = analyzed_query(query, lambda table: warehouse.table_columns(settings, table))
+        info = analyze_mv_query(query, lambda table: warehouse.table_columns(settings, table))
     except MvsError as error:
         return TpchMv(name, query, mode or "FORCE", None, f"refused: {error}")
     chosen = mode or ("FAST" if info.fast_refresh is not None else "FORCE")

@@ -9,7 +9,7 @@ Total: whatever a producer sent, ``handle_ddl`` answers and returns. Bad input i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from workers.catalog.errors import ErrorCode, MvsError
@@ -27,7 +27,8 @@ from workers.coordinator.effects import (
     new_task,
     safepoint_for,
 )
-from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record
+from workers.ddl import DdlError, QueryInfo, apply_alter, plan_record
+from workers.ddl.analysis import analyze_mv_query
 from workers.ddl.parser import SCHEMA_VERSION
 from workers.records import Record
 
@@ -36,9 +37,6 @@ log = logging.getLogger(__name__)
 DEFAULT_PURGE_INTERVAL_MS = 60_000
 # Longest message in a DdlResult: a refusal quoting a producer's input stays readable.
 MAX_MESSAGE_CHARS = 1000
-
-# A base table's column names from its Delta log (None: no such table, or unreadable).
-TableColumns = Callable[[str], tuple[str, ...] | None]
 
 _CREATE_ACTIONS = frozenset({"CREATE_MV", "CREATE_MV_LOG"})
 
@@ -100,36 +98,17 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
     }
 
 
-def analyzed_query(query: str, table_columns: TableColumns) -> QueryInfo:
-    """The coordinator's analysis of an MV query, a join's unqualified columns resolved against its
-    tables' columns as ``table_columns`` reads them from the Delta logs (``warehouse.table_columns``).
-    It is the only analysis: workers take the plan from the task record, and whatever else needs the
-    plan a CREATE would store (the TPC-H bench, tests) calls this. A refusal is an ``MvsError``."""
-
-    def columns_of(table: str) -> tuple[str, ...] | None:
-        if name_problem(table, "table") is not None:
-            return None  # refused by name after the analysis
-        try:
-            return table_columns(table)
-        except OSError as exc:
-            raise MvsError(
-                ErrorCode.STORAGE_UNAVAILABLE, f"cannot read the columns of {table}: {exc}"
-            ) from exc
-
-    try:
-        return analyze_query(query, columns_of=columns_of)
-    except DdlError as exc:
-        raise _invalid(str(exc)) from exc
-    except (RecursionError, ValueError, TypeError) as exc:
-        # The SQL parser gave up on text no statement of ours produces (a raw producer's).
-        raise _invalid(f"the query cannot be analysed: {type(exc).__name__}: {exc}") from exc
+def _analyzed(query: str, ctx: Context) -> QueryInfo:
+    """The query's analysis (``workers.ddl.analysis``: the only one; workers take the plan from the
+    task record)."""
+    return analyze_mv_query(query, ctx.table_columns)
 
 
 def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
     """The checked MV spec, with base tables taken from the query itself (a producer's list is not
     trusted): every table it reads is a valid, existing name, neither the MV itself nor an MV
     that (through others) reads it."""
-    info = analyzed_query(spec["query"], ctx.table_columns)
+    info = _analyzed(spec["query"], ctx)
     for table in info.base_tables:
         problem = name_problem(table, "table")
         if problem is not None:
@@ -289,7 +268,7 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
     spec = checked_mv_spec(spec)
     if spec["query"] == task["mv"]["query"]:
         # Same query, same analysis; a record from before plans were stored gets one now.
-        plan = task["mv"].get("plan") or plan_record(analyzed_query(spec["query"], ctx.table_columns).plan)
+        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx).plan)
         return {**spec, "base_tables": list(task["mv"]["base_tables"]), "plan": plan}
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 
