@@ -27,7 +27,7 @@ from workers.coordinator.effects import (
     new_task,
     safepoint_for,
 )
-from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record
+from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record, query_output_columns
 from workers.ddl.parser import SCHEMA_VERSION
 from workers.records import Record
 
@@ -97,19 +97,35 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
     }
 
 
-def _analyzed(query: str, ctx: Context) -> QueryInfo:
+def _live_mv(name: str, tasks: Mapping[str, Record]) -> Record | None:
+    """The catalog entry of MV ``name`` unless it is being dropped (its table is going away)."""
+    task = tasks.get(mv_task_id(name))
+    if task is None or task["state"] == TaskState.DROPPING.value or task.get("mv") is None:
+        return None
+    return task
+
+
+def _upstream_mvs(tables: list[str], tasks: Mapping[str, Record]) -> list[str]:
+    """The tables among ``tables`` that are MVs of the catalog, built or not."""
+    return [t for t in tables if _live_mv(t, tasks) is not None]
+
+
+def _analyzed(query: str, ctx: Context, tasks: Mapping[str, Record]) -> QueryInfo:
     """The query's analysis, a join's unqualified columns resolved against its tables' columns as the
-    Delta logs give them (the only analysis: workers take the plan from the task record)."""
+    Delta logs give them (the only analysis: workers take the plan from the task record). An MV not
+    built yet has no log: its columns are its own query's output columns."""
 
     def columns_of(table: str) -> tuple[str, ...] | None:
         if name_problem(table, "table") is not None:
             return None  # refused by name after the analysis
         try:
-            return ctx.table_columns(table)
+            columns = ctx.table_columns(table)
         except OSError as exc:
             raise MvsError(
                 ErrorCode.STORAGE_UNAVAILABLE, f"cannot read the columns of {table}: {exc}"
             ) from exc
+        upstream = _live_mv(table, tasks) if columns is None else None
+        return columns if upstream is None else query_output_columns(upstream["mv"]["query"])
 
     try:
         return analyze_query(query, columns_of=columns_of)
@@ -122,9 +138,10 @@ def _analyzed(query: str, ctx: Context) -> QueryInfo:
 
 def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
     """The checked MV spec, with base tables taken from the query itself (a producer's list is not
-    trusted): every table it reads is a valid, existing name, neither the MV itself nor an MV
-    that (through others) reads it."""
-    info = _analyzed(spec["query"], ctx)
+    trusted): every table it reads is a valid name, an existing table or an MV of the catalog (built
+    or not: its first refresh waits for theirs), neither the MV itself nor an MV that (through
+    others) reads it."""
+    info = _analyzed(spec["query"], ctx, tasks)
     for table in info.base_tables:
         problem = name_problem(table, "table")
         if problem is not None:
@@ -137,7 +154,8 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
             f"materialized view {name} would read itself through other views ({' → '.join(cycle)}); "
             "change the query so that no view reads, directly or not, a view that reads it"
         )
-    missing = [t for t in info.base_tables if not _table_exists(t, ctx)]
+    upstream = _upstream_mvs(list(info.base_tables), tasks)
+    missing = [t for t in info.base_tables if t not in upstream and not _table_exists(t, ctx)]
     if missing:
         raise _invalid(f"unknown base table(s): {', '.join(missing)}")
     if spec["refresh_mode"] == "FAST" and info.fast_refresh is None:
@@ -145,7 +163,12 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
             f"REFRESH FAST is not possible for {name}: {info.fast_reason}; use REFRESH COMPLETE or FORCE"
         )
     # The analysis travels with the task: workers read the plan from the record, never the SQL.
-    return {**spec, "base_tables": list(info.base_tables), "plan": plan_record(info.plan)}
+    return {
+        **spec,
+        "base_tables": list(info.base_tables),
+        "plan": plan_record(info.plan),
+        "upstream_mvs": upstream,
+    }
 
 
 def _check_mv_name_is_free(name: str, tasks: Mapping[str, Record], ctx: Context) -> None:
@@ -192,14 +215,10 @@ def _create_mv_log(event: Record, tasks: Mapping[str, Record], ctx: Context) -> 
     table = event["name"]
     what = f"materialized view log on {table}"
     task_id = _new_task_id(mvlog_task_id(table), mv_log_table_problem(table), tasks, what)
-    if mv_task_id(table) in tasks:
-        # An MV's table is rewritten by each refresh and deleted with the MV, and ALTER/DROP of the
-        # name would address the MV first: an MV log belongs on a base table.
-        raise _invalid(
-            f"{table} is a materialized view; an MV log is kept on a base table "
-            f"(an MV reading {table} refreshes COMPLETE)"
-        )
-    if not _table_exists(table, ctx):
+    # An MV log on an MV captures its table's changes as on a base table (the MV's writes yield
+    # change rows once its table has the change data feed on), so an MV reading it refreshes FAST.
+    # Its table may not be built yet: the log's task waits for the MV's first refresh.
+    if _live_mv(table, tasks) is None and not _table_exists(table, ctx):
         raise _invalid(f"unknown base table: {table}")
     spec = event.get("mv_log") or {"base_table": table, "purge_interval_ms": DEFAULT_PURGE_INTERVAL_MS}
     task = new_task(
@@ -284,8 +303,14 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
     spec = checked_mv_spec(spec)
     if spec["query"] == task["mv"]["query"]:
         # Same query, same analysis; a record from before plans were stored gets one now.
-        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx).plan)
-        return {**spec, "base_tables": list(task["mv"]["base_tables"]), "plan": plan}
+        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx, tasks).plan)
+        base_tables = list(task["mv"]["base_tables"])
+        return {
+            **spec,
+            "base_tables": base_tables,
+            "plan": plan,
+            "upstream_mvs": _upstream_mvs(base_tables, tasks),
+        }
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 
 

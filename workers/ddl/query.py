@@ -21,7 +21,7 @@ from workers.ddl.constructs import check_constructs
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, plan_fast_refresh
-from workers.ddl.output_names import check_output_names
+from workers.ddl.output_names import check_output_names, output_columns
 from workers.ddl.plan import QueryPlan
 from workers.ddl.resolve import ColumnsOf
 
@@ -133,6 +133,15 @@ def analyze_query(
         fast_position=verdict.position,
         fast_needs_columns=verdict.needs_columns,
     )
+
+
+def query_output_columns(sql: str) -> tuple[str, ...] | None:
+    """The output column names of MV query ``sql`` (an accepted one), None when they are not
+    known from the text alone (``SELECT *``): the columns of an MV whose table is not built yet."""
+    try:
+        return output_columns(parse_query(sql))
+    except (InvalidQueryError, RecursionError):
+        return None
 
 
 def _too_deep() -> InvalidQueryError:

@@ -1,0 +1,87 @@
+"""Pipelines of MVs at the coordinator: an MV may read an MV of the catalog before its table is
+built (a pipeline created in one script), an MV log may be kept on an MV, and a cycle is still
+refused."""
+
+from tests.support.coordinator_cases import TABLES, checked_ctx, mv_spec, raw_event, refusal
+from workers.coordinator.effects import Context
+from workers.coordinator.handlers import handle_ddl
+from workers.ddl import parse_statement
+from workers.records import Record
+
+
+def _accept(statement: str, tasks: dict[str, Record], context: Context) -> Record:
+    effects = handle_ddl(parse_statement(statement), tasks, context)
+    assert effects.results[0]["accepted"], effects.results
+    tasks.update(effects.catalog)  # type: ignore[arg-type]
+    return effects.results[0]
+
+
+def test_an_mv_over_an_mv_not_built_yet_is_accepted_and_names_its_upstream() -> None:
+    tasks: dict[str, Record] = {}
+    context = checked_ctx(TABLES)  # no table a: a's first refresh has not committed
+    _accept("CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id, amount FROM sales", tasks, context)
+    _accept("CREATE MATERIALIZED VIEW b REFRESH COMPLETE AS SELECT id FROM a WHERE amount > 0", tasks, context)
+    assert tasks["mv:b"]["mv"]["base_tables"] == ["a"]
+    assert tasks["mv:b"]["mv"]["upstream_mvs"] == ["a"]
+    assert tasks["mv:a"]["mv"]["upstream_mvs"] == []
+
+
+def test_an_unknown_table_beside_an_upstream_mv_is_still_refused() -> None:
+    tasks: dict[str, Record] = {}
+    context = checked_ctx(TABLES)
+    _accept("CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id FROM sales", tasks, context)
+    event = raw_event("CREATE_MV", "b", mv=mv_spec("SELECT a.id FROM a JOIN nowhere n ON a.id = n.id"))
+    error = refusal(handle_ddl(event, tasks, context))
+    assert error["code"] == 1001 and "unknown base table(s): nowhere" in error["message"]
+
+
+def test_a_join_over_an_unbuilt_mv_resolves_its_columns_from_the_mv_query() -> None:
+    """The join's unqualified columns come from the Delta logs; an MV with no table yet gives its
+    query's output names instead, so the FAST plan is the one its built table would give."""
+    columns = {"orders": ("order_id", "customer", "amount")}
+    context = Context(
+        now_ms=1_000,
+        coordinator_epoch=7,
+        table_exists=lambda t: t in TABLES,
+        table_columns=lambda t: columns.get(t),
+    )
+    tasks: dict[str, Record] = {}
+    _accept(
+        "CREATE MATERIALIZED VIEW big REFRESH COMPLETE AS "
+        "SELECT id AS big_id, amount AS big_amount FROM sales WHERE amount > 100",
+        tasks,
+        context,
+    )
+    _accept(
+        "CREATE MATERIALIZED VIEW joined REFRESH FAST AS "
+        "SELECT order_id, big_amount FROM orders JOIN big ON order_id = big_id",
+        tasks,
+        context,
+    )
+    plan = tasks["mv:joined"]["mv"]["plan"]["fast_refresh"]
+    assert plan["kind"] == "join_projection"
+    assert {(k["left_table"], k["right_table"]) for k in plan["join_keys"]} <= {
+        ("orders", "big"),
+        ("big", "orders"),
+    }
+
+
+def test_a_cycle_through_an_unbuilt_mv_is_refused() -> None:
+    tasks: dict[str, Record] = {}
+    context = checked_ctx(TABLES)
+    _accept("CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id FROM sales", tasks, context)
+    _accept("CREATE MATERIALIZED VIEW b REFRESH COMPLETE AS SELECT id FROM a", tasks, context)
+    alter = raw_event("ALTER_MV", "a", mv=mv_spec("SELECT id FROM b"))
+    error = refusal(handle_ddl(alter, tasks, context))
+    assert error["code"] == 1001 and "a → b → a" in error["message"]
+
+
+def test_an_mv_log_on_an_mv_is_accepted_built_or_not() -> None:
+    tasks: dict[str, Record] = {}
+    context = checked_ctx(TABLES)
+    _accept("CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id FROM sales", tasks, context)
+    result = _accept("CREATE MATERIALIZED VIEW LOG ON a", tasks, context)
+    assert result["task_id"] == "mvlog:a"
+    assert tasks["mvlog:a"]["mv_log"]["base_table"] == "a"
+    error = refusal(handle_ddl(parse_statement("CREATE MATERIALIZED VIEW LOG ON nowhere"), tasks, context))
+    assert "unknown base table: nowhere" in error["message"]
