@@ -20,7 +20,8 @@ def test_an_mv_over_an_mv_not_built_yet_is_accepted_and_names_its_upstream() -> 
     tasks: dict[str, Record] = {}
     context = checked_ctx(TABLES)  # no table a: a's first refresh has not committed
     _accept("CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id, amount FROM sales", tasks, context)
-    _accept("CREATE MATERIALIZED VIEW b REFRESH COMPLETE AS SELECT id FROM a WHERE amount > 0", tasks, context)
+    b = "CREATE MATERIALIZED VIEW b REFRESH COMPLETE AS SELECT id FROM a WHERE amount > 0"
+    _accept(b, tasks, context)
     assert tasks["mv:b"]["mv"]["base_tables"] == ["a"]
     assert tasks["mv:b"]["mv"]["upstream_mvs"] == ["a"]
     assert tasks["mv:a"]["mv"]["upstream_mvs"] == []
