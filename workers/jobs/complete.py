@@ -49,11 +49,15 @@ class RefreshResult:
     spark_jobs: int | None = None  # Spark jobs the run started (its job group's), None if not counted
 
 
-def read_watermark(spark: SparkSession | None, settings: Settings, mv_name: str) -> MvWatermark | None:
+def read_watermark(
+    spark: SparkSession | None, settings: Settings, mv_name: str, *, at: int | None = None
+) -> MvWatermark | None:
     """The ``mvs`` metadata of the newest MV commit carrying it (later maintenance commits such as
-    OPTIMIZE carry none); None if the table does not exist or no refresh ever committed.
-    ``spark`` may be None for a local warehouse (see ``deltalog.iter_commits``)."""
-    for commit in deltalog.iter_commits(spark, settings, mv_name):
+    OPTIMIZE carry none), at version ``at`` or before (None: the latest); None if the table does not
+    exist or no refresh committed. ``spark`` may be None for a local warehouse (see
+    ``deltalog.iter_commits``). A downstream MV's watermark names an upstream MV's version: what the
+    upstream reflected there (``at``) is the base versions the downstream reflects through it."""
+    for commit in deltalog.iter_commits(spark, settings, mv_name, newest=at):
         found = decode_user_metadata(commit.user_metadata, commit.version)
         if found is not None:
             return found
