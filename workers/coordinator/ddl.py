@@ -267,13 +267,11 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         task["epoch"] += 1
     task["updated_at"] = ctx.now_ms
     if step.new_state is TaskState.DROPPING:
-        # Durable: the task stays, DROPPING, until its owner (whichever worker has it by then)
-        # reports its data removed at this epoch (heartbeats.py); only then is the name free.
-        task["state"] = step.new_state.value
-        task["error"] = None
-        task["next_run_at"] = None
-        effects.catalog[task_id] = task
-        effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
+        _drop(task, effects, ctx)
+        if task["kind"] == "MV":
+            for other in _dropped_with(task["name"], event, tasks, ctx):
+                if tasks[other]["state"] != TaskState.DROPPING.value:  # else already on its way
+                    _drop({**tasks[other], "epoch": tasks[other]["epoch"] + 1}, effects, ctx)
     elif action is Action.REFRESH and step.new_state is state:
         effects.maintainer.append(maintainer_command("REFRESH_NOW", task, ctx))
     elif action is Action.CANCEL:
@@ -290,6 +288,56 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
     effects.results.append(_result(event, task_id, ctx))
     return effects
+
+
+def _drop(task: Record, effects: Effects, ctx: Context) -> None:
+    """Durable: the task stays, DROPPING, until its owner (whichever worker has it by then) reports its
+    data removed at its (raised) epoch (heartbeats.py); only then is the name free."""
+    task["state"] = TaskState.DROPPING.value
+    task["error"] = None
+    task["next_run_at"] = None
+    task["updated_at"] = ctx.now_ms
+    effects.catalog[task["task_id"]] = task
+    effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
+
+
+def _readers(name: str, tasks: Mapping[str, Record]) -> list[str]:
+    """The live MVs whose query reads table ``name``, by name."""
+    return sorted(
+        task["name"]
+        for task in tasks.values()
+        if task["kind"] == "MV"
+        and task.get("mv") is not None
+        and task["state"] != TaskState.DROPPING.value
+        and name in task["mv"]["base_tables"]
+    )
+
+
+def _dropped_with(name: str, event: Record, tasks: Mapping[str, Record], ctx: Context) -> list[str]:
+    """The other tasks a DROP of MV ``name`` ends: the MV log on it, and with CASCADE every MV reading
+    it, directly or not (and their MV logs); without CASCADE readers refuse the DROP (1001)."""
+    readers = _readers(name, tasks)
+    if readers and not event.get("cascade"):
+        raise _invalid(
+            f"{name} is read by {', '.join(readers)}; drop them first or use "
+            f"DROP MATERIALIZED VIEW {name} CASCADE"
+        )
+    names, queue = [name], list(readers)
+    while queue:
+        reader = queue.pop(0)
+        if reader not in names:
+            names.append(reader)
+            queue.extend(_readers(reader, tasks))
+    dropped = [
+        task_id
+        for mv in names
+        for task_id in (mv_task_id(mv), mvlog_task_id(mv))
+        if task_id in tasks and task_id != mv_task_id(name)
+    ]
+    if ctx.owner_rule:
+        for task_id in dropped:
+            check_owner(tasks[task_id], Action.DROP, event["issued_by"], ctx.admin_principals)
+    return dropped
 
 
 def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:

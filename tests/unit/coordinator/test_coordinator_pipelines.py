@@ -86,3 +86,49 @@ def test_an_mv_log_on_an_mv_is_accepted_built_or_not() -> None:
     assert tasks["mvlog:a"]["mv_log"]["base_table"] == "a"
     error = refusal(handle_ddl(parse_statement("CREATE MATERIALIZED VIEW LOG ON nowhere"), tasks, context))
     assert "unknown base table: nowhere" in error["message"]
+
+
+def _chain(context: Context) -> dict[str, Record]:
+    """sales → a → b → c, and d over a: an MV log on a and on b."""
+    tasks: dict[str, Record] = {}
+    for statement in (
+        "CREATE MATERIALIZED VIEW a REFRESH COMPLETE AS SELECT id, amount FROM sales",
+        "CREATE MATERIALIZED VIEW LOG ON a",
+        "CREATE MATERIALIZED VIEW b REFRESH COMPLETE AS SELECT id FROM a",
+        "CREATE MATERIALIZED VIEW LOG ON b",
+        "CREATE MATERIALIZED VIEW c REFRESH COMPLETE AS SELECT count(*) AS n FROM b",
+        "CREATE MATERIALIZED VIEW d REFRESH COMPLETE AS SELECT sum(amount) AS s FROM a",
+    ):
+        _accept(statement, tasks, context)
+    return tasks
+
+
+def test_dropping_an_mv_that_others_read_is_refused_with_its_readers() -> None:
+    context = checked_ctx(TABLES)
+    tasks = _chain(context)
+    error = refusal(handle_ddl(parse_statement("DROP MATERIALIZED VIEW a"), tasks, context))
+    assert error["code"] == 1001
+    assert error["message"] == "a is read by b, d; drop them first or use DROP MATERIALIZED VIEW a CASCADE"
+    # Readers dropped first (DROPPING counts as gone), the DROP goes through, with a's MV log.
+    for reader in ("c", "b", "d"):
+        _accept(f"DROP MATERIALIZED VIEW {reader}", tasks, context)
+    effects = handle_ddl(parse_statement("DROP MATERIALIZED VIEW a"), tasks, context)
+    assert effects.results[0]["accepted"], effects.results
+    assert sorted(effects.catalog) == ["mv:a", "mvlog:a"]
+
+
+def test_drop_cascade_drops_every_reader_and_their_mv_logs_under_raised_epochs() -> None:
+    context = checked_ctx(TABLES)
+    tasks = _chain(context)
+    event = parse_statement("DROP MATERIALIZED VIEW a CASCADE")
+    assert event["cascade"] is True
+    effects = handle_ddl(event, tasks, context)
+    assert effects.results[0]["accepted"], effects.results
+    dropped = ["mv:a", "mv:b", "mv:c", "mv:d", "mvlog:a", "mvlog:b"]
+    assert sorted(effects.catalog) == dropped
+    for task_id, record in effects.catalog.items():
+        assert record is not None and record["state"] == "DROPPING"
+        assert record["epoch"] == tasks[task_id]["epoch"] + 1
+    removes = {(c["task_id"], c["kind"], c["epoch"]) for c in effects.manager}
+    assert removes == {(t, "REMOVE_MAINTAINER", tasks[t]["epoch"] + 1) for t in dropped}
+    assert "mvlog:sales" not in effects.catalog and parse_statement("DROP MATERIALIZED VIEW a")["cascade"] is None
