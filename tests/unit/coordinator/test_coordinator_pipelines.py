@@ -131,4 +131,5 @@ def test_drop_cascade_drops_every_reader_and_their_mv_logs_under_raised_epochs()
         assert record["epoch"] == tasks[task_id]["epoch"] + 1
     removes = {(c["task_id"], c["kind"], c["epoch"]) for c in effects.manager}
     assert removes == {(t, "REMOVE_MAINTAINER", tasks[t]["epoch"] + 1) for t in dropped}
-    assert "mvlog:sales" not in effects.catalog and parse_statement("DROP MATERIALIZED VIEW a")["cascade"] is None
+    assert "mvlog:sales" not in effects.catalog
+    assert parse_statement("DROP MATERIALIZED VIEW a")["cascade"] is None
