@@ -275,6 +275,7 @@ def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harn
     assert b is not None
     last_b = [r for r in h.runs_of("mv:pipe_b", changed) if r["state"] == "COMPLETED"][-1]
     assert last_b["message"].startswith("incremental:"), last_b
+    assert f"; reflects pipe@v{latest_version(h.settings, 'pipe')}" in last_b["message"], last_b
     assert [r for r in h.runs_of("mv:pipe_a", changed) if r["state"] == "COMPLETED"][-1][
         "message"
     ].startswith("incremental:")

@@ -89,7 +89,9 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             groups.check_cancelled(request.job_group)
-            metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
+            metadata = encode_user_metadata(
+                request.task_id, request.epoch, request.run_id, request.watermark, request.reflects
+            )
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:

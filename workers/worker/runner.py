@@ -22,6 +22,7 @@ from workers.config import Settings
 from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
 from workers.records import Record
 from workers.warehouse import latest_version, table_exists
+from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
@@ -114,16 +115,21 @@ class SparkRunner:
         bases, build the run's one ``RunRequest``, decide (``workers.worker.decision``), run the job."""
         from workers.jobs import fast_refresh_blocker, read_watermark
 
-        pinned = self.base_versions(task["mv"]["base_tables"])
-        request = RunRequest.for_task(task, run_id=run_id, job_group=job_group, pinned=pinned)
+        latest = self.base_versions(task["mv"]["base_tables"])
         with self._live_group(job_group), _storage_errors():
             # What the MV table already reflects, whoever wrote it (a new owner after a failover
             # finds its predecessor's result). Read from the Delta log without a JVM where the
             # warehouse is local, so a task that moves to a worker whose Spark is still starting is
             # current at once, not after a recompute.
             log_reader = None if warehouse.is_local(self.settings) else self.spark
-            current = read_watermark(log_reader, self.settings, request.mv_name)
+            current = read_watermark(log_reader, self.settings, task["name"])
             reflected = current.watermark if current is not None else None
+            cut = self._cut(task, latest, reflected or {}, log_reader)
+            if isinstance(cut, str):  # the upstream MVs do not meet yet: nothing to read
+                return RunResult("SKIPPED", 0, reflected or {}, reflected or {}, cut, 0)
+            request = RunRequest.for_task(
+                task, run_id=run_id, job_group=job_group, pinned=cut.pinned, reflects=cut.reflects
+            )
             decision = decide(
                 request, reflected, lambda: fast_refresh_blocker(self.spark, self.settings, request)
             )
@@ -133,6 +139,8 @@ class SparkRunner:
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
+        if cut.reflects != cut.pinned:  # an MV over MVs: the base versions it reflects through them
+            message = f"{message}; reflects {cut_text(cut.reflects)}"
         return RunResult(
             "COMPLETED",
             result.rows_written if result.applied else 0,
@@ -141,6 +149,23 @@ class SparkRunner:
             message,
             result.spark_jobs,
         )
+
+    def _cut(self, task: Record, latest: dict[str, int], floor: dict[str, int], log_reader: Any) -> Cut | str:
+        """The versions the run reads (``workers.worker.cut``): the latest, unless MVs among the
+        inputs reflect different base versions; or why the run waits."""
+        from workers.jobs import read_watermark
+
+        upstream = [t for t in task["mv"].get("upstream_mvs") or [] if t in latest]
+        if not upstream:
+            return Cut(dict(latest), dict(latest))
+
+        def reflected(mv: str, version: int) -> Reflection | None:
+            found = read_watermark(log_reader, self.settings, mv, at=version)
+            if found is None or found.delta_version is None:
+                return None
+            return Reflection(found.delta_version, found.reflects)
+
+        return consistent_cut(latest, upstream, floor, reflected)
 
     def _run(self, request: RunRequest, decision: Decision) -> RefreshResult:
         """The job ``decision`` asks for; a complete refresh's message starts with the reason."""

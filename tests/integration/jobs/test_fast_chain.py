@@ -45,10 +45,12 @@ from tests.support.run_requests import run_request
 from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
+from workers.ddl import analyze_query, plan_record
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.delta import log as deltalog
 from workers.jobs.fast import refresh as incremental
+from workers.worker.runner import SparkRunner
 
 pytestmark = pytest.mark.integration
 
@@ -214,3 +216,70 @@ def test_a_two_level_chain_refreshes_fast_and_each_mv_equals_its_query_at_its_wa
         chain.drop()
     fast_b = [line for line in chain.log if line.startswith(f"fast {chain.b} ")]
     assert fast_b and all("incremental:" in line or "skipped" in line for line in fast_b), chain.story()
+
+
+def _runner_refresh(spark: Any, settings: Settings, mv: str, query: str, upstream: list[str]) -> Any:
+    """A COMPLETE refresh the way a worker runs it (``SparkRunner.refresh``: the cut, then the job)."""
+    runner = SparkRunner(settings)
+    runner._spark = spark  # the session the tests share
+    info = analyze_query(query, columns_of=lambda table: warehouse.table_columns(settings, table))
+    spec = {
+        "query": query,
+        "refresh_mode": "COMPLETE",
+        "base_tables": list(info.base_tables),
+        "plan": plan_record(info.plan),
+        "upstream_mvs": upstream,
+    }
+    task = {"task_id": f"mv:{mv}", "name": mv, "kind": "MV", "epoch": 1, "mv": spec}
+    return runner.refresh(task, run_id=uuid.uuid4().hex[:8], job_group=f"{mv}-run")
+
+
+def test_a_fan_in_reads_its_upstreams_at_one_consistent_cut(spark: Any, chain_settings: Settings) -> None:
+    """hi and lo over one base, hi refreshed once more after a base change; fan over both (and the
+    base): its run reads hi where it met lo, the base at that version too, and records the cut."""
+    settings, prefix = chain_settings, f"f{uuid.uuid4().hex[:12]}"
+    base, hi, lo, fan = prefix, f"{prefix}_hi", f"{prefix}_lo", f"{prefix}_fan"
+    model = BaseModel()
+    first = model.commit_for(Insert((("a", 0, 5, None, None), ("b", 1, 1, None, None))))
+    assert first is not None
+    tables.create_table(spark, settings, base, first.rows, SCHEMA)
+    queries = {
+        hi: f"SELECT id, k1, v FROM {base} WHERE v >= 3",
+        lo: f"SELECT id, v FROM {base} WHERE v < 3",
+        fan: f"SELECT h.k1, l.v AS lo_v, s.k2 FROM {hi} h JOIN {lo} l ON h.id = l.id + 100 "
+        f"JOIN {base} s ON s.id = h.id",
+    }
+    try:
+        for mv in (lo, hi):
+            assert _runner_refresh(spark, settings, mv, queries[mv], []).state == "COMPLETED"
+        at_lo = warehouse.latest_version(settings, base)
+        more = model.commit_for(Insert((("c", 1, 7, None, None), ("c", 0, 2, None, None))))
+        assert more is not None
+        tables.append(spark, settings, base, more.rows)  # hi sees these, lo does not
+        assert _runner_refresh(spark, settings, hi, queries[hi], []).state == "COMPLETED"
+        assert warehouse.latest_version(settings, base) == (at_lo or 0) + 1
+
+        result = _runner_refresh(spark, settings, fan, queries[fan], [hi, lo])
+        assert result.state == "COMPLETED", result
+        assert result.message.endswith(f"; reflects {base}@v{at_lo}"), result.message
+        found = refresh.read_watermark(None, settings, fan)
+        assert found is not None and found.reflects == {base: at_lo}, found
+        assert found.watermark == {base: at_lo, lo: 0, hi: 0}, found  # hi's first commit: where they met
+        oracle = spark.newSession()
+        for table, version in found.watermark.items():
+            path = warehouse.table_path(settings, table)
+            oracle.read.format("delta").option("versionAsOf", version).load(path).createOrReplaceTempView(
+                table
+            )
+        want = sorted(tuple(r) for r in oracle.sql(queries[fan]).collect())
+        got = sorted(
+            tuple(r) for r in spark.read.format("delta").load(warehouse.table_path(settings, fan)).collect()
+        )
+        assert got == want
+        # The cut is consistent: hi as read reflects the base version lo and the base are read at.
+        hi_read = refresh.read_watermark(None, settings, hi, at=found.watermark[hi])
+        assert hi_read is not None and hi_read.watermark == {base: at_lo}
+    finally:
+        for name in (fan, hi, lo, base):
+            shutil.rmtree(warehouse.local_table_dir(settings, name), ignore_errors=True)
+            deltalog.forget_table(settings, name)
