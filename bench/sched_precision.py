@@ -110,7 +110,7 @@ class FakeRunner:
         self.lateness = lateness
         self.job_s = job_s
 
-    def base_versions(self, tables: list[str]) -> dict[str, int]:
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]:
         return {}
 
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult:

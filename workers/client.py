@@ -358,14 +358,16 @@ class MvsClient:
                 notes.append(f"roles: {exc}")
                 owners.append({})
         versions: dict[str, int | None] = {}
+        reachable = True
         for table in sorted({b for t in tasks.values() if t.get("mv") for b in t["mv"]["base_tables"]}):
+            versions[table] = None
+            if not reachable:
+                continue  # one failed look says it: a status answers now, not after a wait per table
             try:
-                versions[table] = latest_version(self.settings, table)
+                versions[table] = latest_version(self.settings, table, quick=True)
             except (OSError, NotImplementedError) as exc:  # NotImplementedError: a remote warehouse
-                versions[table] = None
-                note = f"lag: cannot read the warehouse: {exc}"
-                if note not in notes:
-                    notes.append(note)
+                reachable = False
+                notes.append(f"lag: cannot read the warehouse: {exc}")
         loop_errors: dict[str, str | None] = {}
         if owners[0] or owners[1]:
             try:

@@ -81,21 +81,31 @@ def is_local(settings: Settings) -> bool:
     return urlparse(settings.warehouse).scheme in ("", "file")
 
 
-def latest_version(settings: Settings, name: str) -> int | None:
-    """Newest committed Delta version of table ``name``, None if no table."""
+# One attempt with short timeouts: a look taken on a role's loop thread (or by a status command),
+# where an object store that is away would hold heartbeats and commands through the client's
+# retries (~3 s a read, more when it hangs). The caller treats a failure as "not known now".
+QUICK_LOOK = {"max_retries": "0", "connect_timeout": "1s", "timeout": "5s"}
+
+
+def latest_version(settings: Settings, name: str, *, quick: bool = False) -> int | None:
+    """Newest committed Delta version of table ``name``, None if no table (``quick``: one attempt,
+    ``QUICK_LOOK``)."""
     if is_local(settings):
         return _latest_local_version(local_table_dir(settings, name) / DELTA_LOG)
     try:
-        table = rs_table(settings, name)
+        table = rs_table(settings, name, quick=quick)
     except TableNotFoundError:
         return None
     return table.version()
 
 
-def rs_table(settings: Settings, name: str, version: int | None = None) -> DeltaTable:
+def rs_table(settings: Settings, name: str, version: int | None = None, *, quick: bool = False) -> DeltaTable:
     """Table ``name`` opened by delta-rs (at ``version``, else the latest)."""
     uri = _log_uri(table_path(settings, name))
-    return DeltaTable(uri, version=version, storage_options=_options(settings))
+    options = _options(settings)
+    if quick and not is_local(settings):
+        options = {**(options or {}), **QUICK_LOOK}
+    return DeltaTable(uri, version=version, storage_options=options)
 
 
 def _latest_local_version(log_dir: Path) -> int | None:

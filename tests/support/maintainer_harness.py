@@ -79,7 +79,7 @@ class FakeRunner:
         gate = self._gates[task_id] = Gate(stubborn=stubborn)
         return gate
 
-    def base_versions(self, tables: list[str]) -> dict[str, int]:
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]:
         with self._lock:
             self.version_reads += 1
             missing = [t for t in tables if t not in self.versions]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.client import MvsClient, MvsClientError
+from workers.records import Record
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,15 @@ class Poll:
     states: dict[str, str]
     failed_runs: dict[str, int]  # task id → how many runs ended in ERROR since the watch began
     unreadable: str | None = None
+    # Task ids with a run COMPLETED after their last failed one, as the history read just after the
+    # states had it (a task that recovered between the two reads may already show NORMAL).
+    recovered: frozenset[str] = frozenset()
 
     def line(self) -> str:
         if self.unreadable is not None:
             return f"{self.at_s:6.1f}s unreadable: {self.unreadable[:100]}"
-        return f"{self.at_s:6.1f}s {self.states} failed runs so far {self.failed_runs}"
+        recovered = f", recovered {sorted(self.recovered)}" if self.recovered else ""
+        return f"{self.at_s:6.1f}s {self.states} failed runs so far {self.failed_runs}{recovered}"
 
 
 def watch(
@@ -55,11 +60,28 @@ def watch(
                     failed[run["task_id"]] += 1
             tasks, _ = client.shown_tasks(timeout_s=5)  # what `mvs status` and the API show
             states = {task_id: task["state"] for task_id, task in tasks.items()}
-            polls.append(Poll(at, states, failed))
+            recovered = _recovered(client.history(None, limit=10_000, timeout_s=5), task_ids, since_ms)
+            polls.append(Poll(at, states, failed, recovered=recovered))
         except MvsClientError as exc:
             polls.append(Poll(at, {}, {}, unreadable=str(exc)))
         pause.wait(every_s)
     return polls
+
+
+def _recovered(runs: list[Record], task_ids: list[str], since_ms: int) -> frozenset[str]:
+    """Of ``task_ids``, those whose newest run ended since ``since_ms`` is COMPLETED after an ERROR."""
+    last_failed: dict[str, int] = {}
+    done: set[str] = set()
+    for run in runs:  # oldest first
+        task_id, ended = run["task_id"], run["ended_at"] or 0
+        if task_id not in task_ids or ended <= since_ms:
+            continue
+        if run["state"] == "ERROR":
+            last_failed[task_id] = ended
+            done.discard(task_id)
+        elif run["state"] == "COMPLETED" and task_id in last_failed:
+            done.add(task_id)
+    return frozenset(done)
 
 
 def failures_seen(polls: list[Poll], task_ids: list[str]) -> bool:
@@ -81,6 +103,16 @@ def assert_warning_while_failing(polls: list[Poll], task_id: str) -> None:
         if failing:
             assert poll.states.get(task_id) == "WARNING", f"{task_id} at {poll.at_s:.1f}s:\n{trace(polls)}"
     assert failing, f"no failed run of {task_id} was seen:\n{trace(polls)}"
+
+
+def assert_warning_until_recovered(polls: list[Poll], task_id: str) -> None:
+    """From the first poll that saw a failed run of ``task_id`` until a run of it completed after its
+    last failure, every poll shows it WARNING (a run that failed and was then redone is no lie)."""
+    for poll in polls:
+        if poll.unreadable is not None or task_id in poll.recovered:
+            continue
+        if poll.failed_runs.get(task_id, 0) > 0:
+            assert poll.states.get(task_id) == "WARNING", f"{task_id} at {poll.at_s:.1f}s:\n{trace(polls)}"
 
 
 def assert_never_failed(polls: list[Poll]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workers import warehouse
-from workers.config import Settings
+from workers.config import Settings, StorageSettings
 
 SCHEMA = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {}}]}
 
@@ -87,3 +87,23 @@ def test_table_columns_come_from_the_checksum_else_from_the_log(settings: Settin
     crc = tmp_path / "wh" / "t" / warehouse.DELTA_LOG / f"{2:020d}.crc"
     crc.write_text(json.dumps({"metadata": {"schemaString": json.dumps(wider)}}))
     assert warehouse.table_columns(settings, "t") == ("a", "B_col")
+
+
+def test_a_quick_look_at_an_object_store_makes_one_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A look from a loop thread must not wait through the store client's retries (issue 32).
+    opened: list[dict[str, str] | None] = []
+
+    class Table:
+        def __init__(self, uri: str, version: int | None, storage_options: dict[str, str] | None) -> None:
+            opened.append(storage_options)
+
+        def version(self) -> int:
+            return 7
+
+    monkeypatch.setattr(warehouse, "DeltaTable", Table)
+    settings = Settings(warehouse="s3a://bucket/wh", storage=StorageSettings(endpoint="http://127.0.0.1:9"))
+    assert warehouse.latest_version(settings, "sales", quick=True) == 7
+    assert warehouse.latest_version(settings, "sales") == 7
+    quick, patient = opened
+    assert quick is not None and quick["max_retries"] == "0" and "connect_timeout" in quick
+    assert patient is not None and "max_retries" not in patient

@@ -95,7 +95,8 @@ class Coordinator(LoopRole):
         # Freshness goals (FRESHNESS / TARGET LAG): decided while active, from the bases' Delta logs.
         self._freshness = FreshnessWatch()
         self._base_commits = base_commits or WarehouseCommits(
-            lambda table: latest_version(settings, table), lambda table, v: read_commit(settings, table, v)
+            lambda table: latest_version(settings, table, quick=True),  # on the loop: one attempt
+            lambda table, v: read_commit(settings, table, v),
         )
         self._last_freshness_check = float("-inf")
         self.metrics.track_freshness(self._freshness.gauges)

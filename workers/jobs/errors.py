@@ -135,9 +135,18 @@ FAILURE_RULES: tuple[FailureRule, ...] = (
         "fix the query and re-create the view",
     ),
     _rule(
+        "Spark lost",
+        # py4j's socket to a JVM that exited (killed, out of memory): the worker starts a new session.
+        r"Py4JNetworkError|ConnectionRefusedError|Answer from Java side is empty|"
+        r"stopped SparkContext|SparkContext (was|has been) shut ?down",
+        2001,
+        True,
+        "the worker starts a new Spark session; retried",
+    ),
+    _rule(
         "storage unavailable",
         # "Generic S3 error" & co: delta-rs (the no-JVM reads) on an object store it cannot reach.
-        r"IOException|Timeout|timed out|Connection (reset|refused)|Py4JNetworkError|SparkException|"
+        r"IOException|Timeout|timed out|Connection (reset|refused)|SparkException|"
         r"OSError|Generic [A-Za-z0-9]+ error",
         2001,
         True,

@@ -261,14 +261,15 @@ class Maintainer:
         if self.watermark_epoch != self.task["epoch"] or not self.watermark:
             return None  # restored or superseded: the run reads what the MV table reflects
         if self.attempt:
-            # Retrying a failed run: the storage may be away, and this look runs on the loop thread
-            # (a dead object store holds it ~6 s, heartbeats and commands with it). The run decides
-            # on its own thread instead, and says SKIPPED there if nothing changed.
+            # Retrying a failed run: the storage may be away. The run decides on its own thread
+            # instead, and says SKIPPED there if nothing changed.
             return None
         try:
-            versions = self.env.runner.base_versions(self.task["mv"]["base_tables"])
+            # One quick attempt: this look runs on the loop thread, which a store that is away would
+            # hold through the client's retries (heartbeats and commands with it).
+            versions = self.env.runner.base_versions(self.task["mv"]["base_tables"], quick=True)
         except MvsError:
-            return None  # let the run report the missing table
+            return None  # let the run report the missing table (or the storage that is away)
         return unchanged(versions, self.watermark)
 
     def _current(self, run: RunContext) -> RunContext | None:

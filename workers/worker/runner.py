@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,7 +45,7 @@ class RunResult:
 
 
 class Runner(Protocol):
-    def base_versions(self, tables: list[str]) -> dict[str, int]: ...
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]: ...
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult: ...
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult: ...
     def cancel(self, job_group: str) -> None: ...
@@ -53,20 +53,23 @@ class Runner(Protocol):
 
 
 class SparkRunner:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, session: Callable[[Settings], Any] | None = None) -> None:
         self.settings = settings
+        self._session = session  # None: the process's (``workers.jobs.get_spark``)
         self._lock = threading.Lock()
-        self._spark: Any = None
+        self._started = False  # whether this process has a Spark session (a cancel needs none else)
         self._live: set[str] = set()  # job groups of runs now inside refresh/purge
 
     @property
     def spark(self) -> Any:
-        with self._lock:
-            if self._spark is None:
-                from workers.jobs import get_spark
+        """The session, asked for at each use: one whose JVM died is replaced (``get_spark``)."""
+        if self._session is None:
+            from workers.jobs import get_spark
 
-                self._spark = get_spark(self.settings)
-            return self._spark
+            self._session = get_spark
+        session = self._session(self.settings)
+        self._started = True
+        return session
 
     def warm(self) -> threading.Thread:
         """Start the SparkSession (and run one tiny job, loading the job classes) in the background.
@@ -85,12 +88,13 @@ class SparkRunner:
         thread.start()
         return thread
 
-    def base_versions(self, tables: list[str]) -> dict[str, int]:
-        """Latest Delta version of each base table, read from the Delta log listing (no Spark job)."""
+    def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]:
+        """Latest Delta version of each base table, read from the Delta log listing (no Spark job);
+        ``quick``: one attempt per table (a look from the loop thread, ``warehouse.QUICK_LOOK``)."""
         versions: dict[str, int] = {}
         for table in tables:
             with _storage_errors():  # an unreadable warehouse is a coded failure too
-                version = latest_version(self.settings, table)
+                version = latest_version(self.settings, table, quick=quick)
             if version is None:
                 raise MvsError(
                     ErrorCode.NOT_FOUND,
@@ -204,10 +208,10 @@ class SparkRunner:
         )
 
     def cancel(self, job_group: str) -> None:
-        if self._spark is not None:
+        if self._started:
             from workers.jobs import cancel_run
 
-            cancel_run(self._spark, job_group)
+            cancel_run(self.spark, job_group)
             threading.Thread(
                 target=self._keep_cancelling, args=(job_group,), name=f"cancel-{job_group}", daemon=True
             ).start()
@@ -225,7 +229,7 @@ class SparkRunner:
             with self._lock:
                 if job_group not in self._live:
                     return
-            cancel_run(self._spark, job_group)
+            cancel_run(self.spark, job_group)
 
     def drop(self, task: Record) -> None:
         if task["kind"] == "MV":

@@ -203,3 +203,10 @@ def test_every_rule_has_a_hint_and_the_first_match_wins() -> None:
         Py4JLike(java(("org.apache.spark.sql.AnalysisException", "[PATH_NOT_FOUND] x")))
     )
     assert missing.rule == "table gone"
+
+
+def test_a_lost_spark_jvm_is_retried_and_says_so() -> None:
+    # As PySpark raised it in tests/integration/test_spark_outage.py with the worker's JVM killed.
+    failure = classify_failure(ConnectionRefusedError(111, "Connection refused"))
+    assert (failure.rule, failure.code, failure.retryable) == ("Spark lost", 2001, True)
+    assert "new Spark session" in failure.message

@@ -35,8 +35,8 @@ def test_cancel_repeats_until_the_run_leaves_its_spark_work(
 ) -> None:
     monkeypatch.setattr(runner_module, "RECANCEL_EVERY_S", 0.01)
     context = RecordingContext()
-    runner = SparkRunner(Settings(warehouse=str(tmp_path)))
-    runner._spark = SimpleNamespace(sparkContext=context)  # as if a run had started the session
+    runner = SparkRunner(Settings(warehouse=str(tmp_path)), lambda _: SimpleNamespace(sparkContext=context))
+    runner.spark  # noqa: B018 - as if a run had started the session
     with runner._live_group("mvs-r1"):
         runner.cancel("mvs-r1")
         with context.cond:

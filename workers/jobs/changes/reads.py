@@ -31,7 +31,7 @@ from workers.jobs.changes import rs_reads as rs_changes
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
 from workers.jobs.errors import ChangesNotRetained, TableNotFound, classify_failure
-from workers.jobs.spark import held
+from workers.jobs.spark import held, session
 
 # How long a held range waits for the other MVs on its base, and the most rows all held ranges
 # keep together (the oldest go first).
@@ -84,9 +84,12 @@ def read(session: SparkSession, settings: Settings, base: str, since: int, until
 
 
 def forget() -> None:
-    """Drop every held range (tests; a worker never needs to)."""
+    """Drop every held range (tests, and when the JVM holding them is lost)."""
     with _lock:
         _held.clear()
+
+
+session.on_jvm_lost(forget)
 
 
 def _commit_timestamp(session: SparkSession, settings: Settings, base: str, version: int) -> int | None:

@@ -169,13 +169,58 @@ def get_spark(settings: Settings) -> SparkSession:
 
     Later calls return the same session whatever their settings: master and jars are fixed
     at JVM start, and tables are addressed by path, so another warehouse works unchanged.
+    A session whose JVM has exited (killed, out of memory) is replaced by a new one: the runs that
+    were using it fail and are retried, and the process rides out the loss by itself.
     """
     global _session
     with _lock:
+        if _session is not None and (code := jvm_exit_code()) is not None:
+            log.warning("Spark's JVM exited (code %s): starting a new Spark session", code)
+            _forget_jvm()
         if _session is None:
             _session = _build(settings)
         _apply_storage(_session, settings)
         return _session
+
+
+def jvm_exit_code() -> int | None:
+    """The exit code of this process's Spark JVM once it has exited; None while it runs (or when
+    PySpark did not launch it, e.g. under spark-submit, where the JVM outlives no Python)."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)  # noqa: SLF001 - not exposed in PySpark
+    return process.poll() if process is not None else None
+
+
+# Called after a lost JVM is forgotten: module caches holding its objects drop them.
+_jvm_lost_hooks: list[Callable[[], None]] = []
+
+
+def on_jvm_lost(hook: Callable[[], None]) -> None:
+    """Run ``hook`` whenever a session whose JVM exited is forgotten (before the new one starts)."""
+    _jvm_lost_hooks.append(hook)
+
+
+def _forget_jvm() -> None:
+    """Drop PySpark's handles on a JVM that exited, so the next builder launches a new one. PySpark
+    keeps them in class attributes and offers no reset; these are the ones its launcher checks."""
+    global _session
+    from pyspark import SparkContext
+
+    try:
+        if SparkContext._gateway is not None:  # noqa: SLF001
+            SparkContext._gateway.shutdown()  # noqa: SLF001 - its Python side: sockets, callback server
+    except Exception:  # the JVM side is gone; what closes, closes
+        log.debug("closing the lost JVM's gateway", exc_info=True)
+    SparkContext._gateway = None  # noqa: SLF001
+    SparkContext._jvm = None  # noqa: SLF001
+    SparkContext._active_spark_context = None  # noqa: SLF001
+    SparkSession._instantiatedSession = None  # noqa: SLF001
+    SparkSession._activeSession = None  # noqa: SLF001
+    _session = None
+    _storage_applied.clear()
+    for hook in _jvm_lost_hooks:
+        hook()
 
 
 # Set on every run session, where MV queries run: no ``parquet.`/path``` tables (a query reads the
