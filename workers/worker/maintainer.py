@@ -248,9 +248,10 @@ class Maintainer:
         self._record_run(run, "PENDING")
 
     def _table_exists(self, name: str) -> bool:
-        """Whether table ``name`` has a Delta log (a storage error counts as yes: the run reports it)."""
+        """Whether table ``name`` has a Delta log (a storage error counts as yes: the run reports it).
+        One quick attempt: this look runs on the loop thread."""
         try:
-            self.env.runner.base_versions([name])
+            self.env.runner.base_versions([name], quick=True)
         except MvsError as exc:
             return exc.code is not ErrorCode.NOT_FOUND
         return True

@@ -220,8 +220,7 @@ def test_a_two_level_chain_refreshes_fast_and_each_mv_equals_its_query_at_its_wa
 
 def _runner_refresh(spark: Any, settings: Settings, mv: str, query: str, upstream: list[str]) -> Any:
     """A COMPLETE refresh the way a worker runs it (``SparkRunner.refresh``: the cut, then the job)."""
-    runner = SparkRunner(settings)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(settings, session=lambda _settings: spark)  # the session the tests share
     info = analyze_query(query, columns_of=lambda table: warehouse.table_columns(settings, table))
     spec = {
         "query": query,
