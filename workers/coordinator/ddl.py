@@ -281,6 +281,7 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         # owner runs a new epoch at once).
         if action is Action.ALTER:
             task["mv"] = _altered_spec(task, event, tasks, ctx)
+            _fail_readers_on_new_columns(tasks[task_id], task, tasks, effects, ctx)
         task["state"] = step.new_state.value
         if step.new_state is TaskState.NORMAL:
             task["error"] = None
@@ -288,6 +289,32 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
     effects.results.append(_result(event, task_id, ctx))
     return effects
+
+
+def _fail_readers_on_new_columns(
+    before: Record, after: Record, tasks: Mapping[str, Record], effects: Effects, ctx: Context
+) -> None:
+    """An ALTER that changes an MV's output columns fails each MV reading it (FAILED, with the
+    reason and the way back), rather than letting their next runs fail or misread the new columns."""
+    old, new = (query_output_columns(t["mv"]["query"]) for t in (before, after))
+    if old == new or old is None or new is None:
+        return  # same columns, or not known from the text (SELECT *): the readers' runs will tell
+    name = after["name"]
+    message = (
+        f"the columns of {name}, which this view reads, changed (ALTER of {name}: "
+        f"{', '.join(old)} → {', '.join(new)}); drop this view and create it with a query that "
+        "reads them, or RESUME it if its query still fits"
+    )
+    for reader in _readers(name, tasks):
+        task = dict(tasks[mv_task_id(reader)])
+        if task["state"] == TaskState.FAILED.value:
+            continue
+        task["epoch"] += 1
+        task["state"] = TaskState.FAILED.value
+        task["error"] = _invalid(message).record(ctx.now_ms)
+        task["updated_at"] = ctx.now_ms
+        effects.catalog[task["task_id"]] = task
+        effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
 
 
 def _drop(task: Record, effects: Effects, ctx: Context) -> None:

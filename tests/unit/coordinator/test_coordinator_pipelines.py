@@ -133,3 +133,27 @@ def test_drop_cascade_drops_every_reader_and_their_mv_logs_under_raised_epochs()
     assert removes == {(t, "REMOVE_MAINTAINER", tasks[t]["epoch"] + 1) for t in dropped}
     assert "mvlog:sales" not in effects.catalog
     assert parse_statement("DROP MATERIALIZED VIEW a")["cascade"] is None
+
+
+def test_an_alter_changing_an_upstreams_columns_fails_its_readers_with_the_way_back() -> None:
+    context = checked_ctx(TABLES)
+    tasks = _chain(context)
+    same = raw_event("ALTER_MV", "b", mv=mv_spec("SELECT id FROM a WHERE id > 0"))
+    effects = handle_ddl(same, tasks, context)
+    assert effects.results[0]["accepted"] and sorted(effects.catalog) == ["mv:b"]  # same columns
+    tasks.update(effects.catalog)  # type: ignore[arg-type]
+    changed = raw_event("ALTER_MV", "a", mv=mv_spec("SELECT id AS sale_id, amount FROM sales"))
+    effects = handle_ddl(changed, tasks, context)
+    assert effects.results[0]["accepted"], effects.results
+    assert sorted(effects.catalog) == ["mv:a", "mv:b", "mv:d"]  # a's readers; c reads b, unchanged
+    for reader in ("mv:b", "mv:d"):
+        failed = effects.catalog[reader]
+        assert failed is not None and failed["state"] == "FAILED"
+        assert failed["epoch"] == tasks[reader]["epoch"] + 1
+        assert failed["error"]["code"] == 1001
+        assert "the columns of a, which this view reads, changed" in failed["error"]["message"]
+        assert "id, amount → sale_id, amount" in failed["error"]["message"]
+    tasks.update(effects.catalog)  # type: ignore[arg-type]
+    resumed = handle_ddl(parse_statement("ALTER MATERIALIZED VIEW d RESUME"), tasks, context)
+    record = resumed.catalog["mv:d"]
+    assert record is not None and (record["state"], record["error"]) == ("NORMAL", None)
