@@ -27,6 +27,7 @@ from workers.coordinator.effects import (
     new_task,
     safepoint_for,
 )
+from workers.coordinator.pipelines import dropped_with, fail_readers_on_new_columns, live_mv, upstream_mvs
 from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record, query_output_columns
 from workers.ddl.parser import SCHEMA_VERSION
 from workers.records import Record
@@ -97,19 +98,6 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
     }
 
 
-def _live_mv(name: str, tasks: Mapping[str, Record]) -> Record | None:
-    """The catalog entry of MV ``name`` unless it is being dropped (its table is going away)."""
-    task = tasks.get(mv_task_id(name))
-    if task is None or task["state"] == TaskState.DROPPING.value or task.get("mv") is None:
-        return None
-    return task
-
-
-def _upstream_mvs(tables: list[str], tasks: Mapping[str, Record]) -> list[str]:
-    """The tables among ``tables`` that are MVs of the catalog, built or not."""
-    return [t for t in tables if _live_mv(t, tasks) is not None]
-
-
 def _analyzed(query: str, ctx: Context, tasks: Mapping[str, Record]) -> QueryInfo:
     """The query's analysis, a join's unqualified columns resolved against its tables' columns as the
     Delta logs give them (the only analysis: workers take the plan from the task record). An MV not
@@ -124,7 +112,7 @@ def _analyzed(query: str, ctx: Context, tasks: Mapping[str, Record]) -> QueryInf
             raise MvsError(
                 ErrorCode.STORAGE_UNAVAILABLE, f"cannot read the columns of {table}: {exc}"
             ) from exc
-        upstream = _live_mv(table, tasks) if columns is None else None
+        upstream = live_mv(table, tasks) if columns is None else None
         return columns if upstream is None else query_output_columns(upstream["mv"]["query"])
 
     try:
@@ -154,7 +142,7 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
             f"materialized view {name} would read itself through other views ({' → '.join(cycle)}); "
             "change the query so that no view reads, directly or not, a view that reads it"
         )
-    upstream = _upstream_mvs(list(info.base_tables), tasks)
+    upstream = upstream_mvs(list(info.base_tables), tasks)
     missing = [t for t in info.base_tables if t not in upstream and not _table_exists(t, ctx)]
     if missing:
         raise _invalid(f"unknown base table(s): {', '.join(missing)}")
@@ -218,7 +206,7 @@ def _create_mv_log(event: Record, tasks: Mapping[str, Record], ctx: Context) -> 
     # An MV log on an MV captures its table's changes as on a base table (the MV's writes yield
     # change rows once its table has the change data feed on), so an MV reading it refreshes FAST.
     # Its table may not be built yet: the log's task waits for the MV's first refresh.
-    if _live_mv(table, tasks) is None and not _table_exists(table, ctx):
+    if live_mv(table, tasks) is None and not _table_exists(table, ctx):
         raise _invalid(f"unknown base table: {table}")
     spec = event.get("mv_log") or {"base_table": table, "purge_interval_ms": DEFAULT_PURGE_INTERVAL_MS}
     task = new_task(
@@ -269,7 +257,7 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
     if step.new_state is TaskState.DROPPING:
         _drop(task, effects, ctx)
         if task["kind"] == "MV":
-            for other in _dropped_with(task["name"], event, tasks, ctx):
+            for other in dropped_with(task["name"], event, tasks, ctx):
                 if tasks[other]["state"] != TaskState.DROPPING.value:  # else already on its way
                     _drop({**tasks[other], "epoch": tasks[other]["epoch"] + 1}, effects, ctx)
     elif action is Action.REFRESH and step.new_state is state:
@@ -281,7 +269,7 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         # owner runs a new epoch at once).
         if action is Action.ALTER:
             task["mv"] = _altered_spec(task, event, tasks, ctx)
-            _fail_readers_on_new_columns(tasks[task_id], task, tasks, effects, ctx)
+            fail_readers_on_new_columns(tasks[task_id], task, tasks, effects, ctx)
         task["state"] = step.new_state.value
         if step.new_state is TaskState.NORMAL:
             task["error"] = None
@@ -289,32 +277,6 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
     effects.results.append(_result(event, task_id, ctx))
     return effects
-
-
-def _fail_readers_on_new_columns(
-    before: Record, after: Record, tasks: Mapping[str, Record], effects: Effects, ctx: Context
-) -> None:
-    """An ALTER that changes an MV's output columns fails each MV reading it (FAILED, with the
-    reason and the way back), rather than letting their next runs fail or misread the new columns."""
-    old, new = (query_output_columns(t["mv"]["query"]) for t in (before, after))
-    if old == new or old is None or new is None:
-        return  # same columns, or not known from the text (SELECT *): the readers' runs will tell
-    name = after["name"]
-    message = (
-        f"the columns of {name}, which this view reads, changed (ALTER of {name}: "
-        f"{', '.join(old)} → {', '.join(new)}); drop this view and create it with a query that "
-        "reads them, or RESUME it if its query still fits"
-    )
-    for reader in _readers(name, tasks):
-        task = dict(tasks[mv_task_id(reader)])
-        if task["state"] == TaskState.FAILED.value:
-            continue
-        task["epoch"] += 1
-        task["state"] = TaskState.FAILED.value
-        task["error"] = _invalid(message).record(ctx.now_ms)
-        task["updated_at"] = ctx.now_ms
-        effects.catalog[task["task_id"]] = task
-        effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
 
 
 def _drop(task: Record, effects: Effects, ctx: Context) -> None:
@@ -326,45 +288,6 @@ def _drop(task: Record, effects: Effects, ctx: Context) -> None:
     task["updated_at"] = ctx.now_ms
     effects.catalog[task["task_id"]] = task
     effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
-
-
-def _readers(name: str, tasks: Mapping[str, Record]) -> list[str]:
-    """The live MVs whose query reads table ``name``, by name."""
-    return sorted(
-        task["name"]
-        for task in tasks.values()
-        if task["kind"] == "MV"
-        and task.get("mv") is not None
-        and task["state"] != TaskState.DROPPING.value
-        and name in task["mv"]["base_tables"]
-    )
-
-
-def _dropped_with(name: str, event: Record, tasks: Mapping[str, Record], ctx: Context) -> list[str]:
-    """The other tasks a DROP of MV ``name`` ends: the MV log on it, and with CASCADE every MV reading
-    it, directly or not (and their MV logs); without CASCADE readers refuse the DROP (1001)."""
-    readers = _readers(name, tasks)
-    if readers and not event.get("cascade"):
-        raise _invalid(
-            f"{name} is read by {', '.join(readers)}; drop them first or use "
-            f"DROP MATERIALIZED VIEW {name} CASCADE"
-        )
-    names, queue = [name], list(readers)
-    while queue:
-        reader = queue.pop(0)
-        if reader not in names:
-            names.append(reader)
-            queue.extend(_readers(reader, tasks))
-    dropped = [
-        task_id
-        for mv in names
-        for task_id in (mv_task_id(mv), mvlog_task_id(mv))
-        if task_id in tasks and task_id != mv_task_id(name)
-    ]
-    if ctx.owner_rule:
-        for task_id in dropped:
-            check_owner(tasks[task_id], Action.DROP, event["issued_by"], ctx.admin_principals)
-    return dropped
 
 
 def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
@@ -384,7 +307,7 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
             **spec,
             "base_tables": base_tables,
             "plan": plan,
-            "upstream_mvs": _upstream_mvs(base_tables, tasks),
+            "upstream_mvs": upstream_mvs(base_tables, tasks),
         }
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 
