@@ -2,8 +2,10 @@
 N MVs on one base sharing one change read — the worker's own refresh path (``SparkRunner.refresh``).
 
 For each base size (``--rows``), a ``sales`` table (id, customer, amount) and a 10,000-row
-``customers`` table (id, region), both with an MV log, and per shape (``--shapes``) a FAST MV and its
-COMPLETE twin (what a user would otherwise run: recompute and overwrite). For each change size
+``customers`` table (id, region), both with an MV log, and per shape (``--shapes``) a FAST MV, its
+COMPLETE twin (what a user would otherwise run: recompute and overwrite) and its FORCE twin (the
+worker chooses per run by cost: ``workers.worker.planning``; the table prints its choices and checks
+FORCE <= 1.1 x min(FAST, COMPLETE), the goal of issue 30). For each change size
 (``--changes``: a whole number is rows, a fraction is of the base) and round, the base changes
 (untimed: 80 % appended rows, 10 % updated, 10 % deleted, in 3 commits) and every MV is refreshed
 once, timed, with its Spark jobs and the rows its stages read (``workers.jobs.run_stats``). After each
@@ -57,6 +59,7 @@ FANOUT = (  # N MVs on one base
     "SELECT id, customer FROM sales WHERE amount BETWEEN 500 AND 510",
 )
 CUSTOMERS = 10_000
+MODES = ("FAST", "COMPLETE", "FORCE")
 READ_STEP = "read the change rows"
 
 
@@ -90,8 +93,8 @@ class Bench:
         self.refresh(task, f"build-{name}")  # the first build is complete for both, untimed
         return task
 
-    def refresh(self, task: dict[str, Any], run_id: str) -> tuple[float, RunStats, RunStats, str]:
-        """(ms, run cost, change-read cost, message) of one refresh."""
+    def refresh(self, task: dict[str, Any], run_id: str) -> tuple[float, RunStats, RunStats, str, str]:
+        """(ms, run cost, change-read cost, message, technique run) of one refresh."""
         group = f"mvs-{run_id}"
         started = time.perf_counter()
         result = self.runner.refresh(task, run_id=run_id, job_group=group)
@@ -99,7 +102,7 @@ class Bench:
         assert result.state == "COMPLETED", result
         self.groups[task["name"]] = group
         stats, read = group_stats(self.spark, group), group_stats(self.spark, group, step=READ_STEP)
-        return elapsed, stats, read, result.message or ""
+        return elapsed, stats, read, result.message or "", (result.planning or {}).get("choice", "")
 
     def change(self, size: int) -> None:
         """``size`` change rows: 80 % appended, 10 % updated, 10 % deleted (3 commits, untimed)."""
@@ -165,25 +168,28 @@ def main(argv: list[str] | None = None) -> int:
     bench = None
     for base_rows in sizes:
         bench = Bench(base_rows)
-        tasks = {
-            (s, m): bench.task(f"{s}_{m.lower()}", SHAPES[s], m) for s in shapes for m in ("FAST", "COMPLETE")
-        }
+        tasks = {(s, m): bench.task(f"{s}_{m.lower()}", SHAPES[s], m) for s in shapes for m in MODES}
         for spec in specs:
             size = _size(spec, base_rows)
-            runs: dict[tuple[str, str], list[tuple[float, RunStats, RunStats, str]]] = {k: [] for k in tasks}
+            runs: dict[tuple[str, str], list[tuple[float, RunStats, RunStats, str, str]]] = {
+                k: [] for k in tasks
+            }
             for round_ in range(args.rounds):
                 bench.change(size)
                 very_last = spec == specs[-1] and round_ == args.rounds - 1
                 for (shape, mode), task in tasks.items():
-                    timed = mode == "FAST" or round_ < args.complete_rounds
+                    timed = mode != "COMPLETE" or round_ < args.complete_rounds
                     if timed or very_last:  # the twins catch up once more for the equality check
                         run = bench.refresh(task, f"{base_rows}-{size}-{round_}-{shape}-{mode}")
                         if timed:
                             runs[(shape, mode)].append(run)
             for shape in shapes:
                 fast, full = runs[(shape, "FAST")], runs[(shape, "COMPLETE")]
-                assert all(m.startswith("incremental:") for *_, m in fast), (shape, fast[-1][3])
+                assert all(r[3].startswith("incremental:") for r in fast), (shape, fast[-1][3])
                 f50, c50 = percentile([r[0] for r in fast], 50), percentile([r[0] for r in full], 50)
+                forced = runs[(shape, "FORCE")]
+                o50 = percentile([r[0] for r in forced], 50)
+                chosen = "/".join(r[4] or "?" for r in forced)  # FORCE's choice, round by round
                 fast_ms[(base_rows, size, shape)] = f50
                 cell = {
                     "base_rows": base_rows,
@@ -197,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                     "fast_rows_read_p50": percentile([r[1].rows_read for r in fast], 50),
                     "complete_rows_read_p50": percentile([r[1].rows_read for r in full], 50),
                     "fast_plan": fast[-1][3],
+                    "force_p50_ms": round(o50, 1),
+                    "force_choices": chosen,
+                    "force_within_1_1x_min": o50 <= 1.1 * min(f50, c50),
                 }
                 figures["cells"].append(cell)
                 rows.append(
@@ -207,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{f50:.0f}",
                         f"{c50:.0f}",
                         f"{c50 / f50:.2f}x",
+                        f"{o50:.0f}",
+                        chosen,
+                        "yes" if cell["force_within_1_1x_min"] else f"NO ({o50 / min(f50, c50):.2f}x)",
                         f"{cell['fast_jobs_p50']:.0f} / {cell['complete_jobs_p50']:.0f}",
                         f"{cell['fast_rows_read_p50']:,.0f} / {cell['complete_rows_read_p50']:,.0f}",
                     ]
@@ -217,11 +229,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.profile:
                 _print_profile(bench, shapes, f"{base_rows:,} rows, {_label(spec)} changed")
-        unequal = [s for s in shapes if not bench.equal(f"{s}_fast", f"{s}_complete")]
+        unequal = [
+            f"{s}_{m}"
+            for s in shapes
+            for m in ("fast", "force")
+            if not bench.equal(f"{s}_{m}", f"{s}_complete")
+        ]
         assert not unequal, f"FAST MVs differ from their COMPLETE twins at {base_rows:,} rows: {unequal}"
     figures["growth_10x"] = _growth(fast_ms, sizes, shapes)
     print_table(
-        "FAST vs COMPLETE refresh after changes of a given size (p50; FAST rows equal COMPLETE's)",
+        "FAST vs COMPLETE vs FORCE after changes of a given size (p50; FAST and FORCE rows equal COMPLETE's)",
         [
             "base rows",
             "change",
@@ -229,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             "FAST ms",
             "COMPLETE ms",
             "speed-up",
+            "FORCE ms",
+            "FORCE ran",
+            "FORCE <= 1.1x min",
             "Spark jobs F / C",
             "rows read F / C",
         ],
@@ -288,7 +308,7 @@ def _fanout(bench: Bench, n: int, size: int) -> dict[str, Any]:
         for i, task in enumerate(tasks):
             if not shared:
                 changes.forget()
-            ms, stats, read, message = bench.refresh(task, f"fan-{label[:4]}-{i}")
+            ms, stats, read, message, _ = bench.refresh(task, f"fan-{label[:4]}-{i}")
             assert message.startswith("incremental:"), message
             total_ms += ms
             read_jobs, read_rows, all_jobs = (

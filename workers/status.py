@@ -162,12 +162,42 @@ def history_table(runs: list[Record]) -> str:
             f"{(r['ended_at'] - r['started_at']) / 1000:.2f}s" if r.get("ended_at") else "-",
             r.get("rows_written") if r.get("rows_written") is not None else "-",
             f"{_table_versions(r['watermark_before'])} → {_table_versions(r['watermark_after'])}",
+            planning_text(r.get("planning")),
+            _change_text(r),
             r.get("message") or "-",
         ]
         for r in runs
     ]
-    headers = ["TASK", "RUN", "EPOCH", "TRIGGER", "STATE", "STARTED", "TOOK", "ROWS", "WATERMARK", "MESSAGE"]
+    headers = ["TASK", "RUN", "EPOCH", "TRIGGER", "STATE", "STARTED", "TOOK", "ROWS", "WATERMARK"]
+    headers += ["PLAN (est.)", "CHANGE", "MESSAGE"]
     return table(headers, rows) if rows else "no runs"
+
+
+def planning_text(planning: Record | None) -> str:
+    """The candidates as "*FAST 1.2s COMPLETE 3.0s": their estimates, the one that ran starred."""
+    if not planning:
+        return "-"
+    parts = []
+    for candidate in planning["candidates"]:
+        estimate = candidate.get("estimated_ms")
+        unknown = "?" if candidate["available"] else "n/a"
+        shown = f"{estimate / 1000:.1f}s" if estimate is not None else unknown
+        star = "*" if candidate["technique"] == planning["choice"] else ""
+        parts.append(f"{star}{candidate['technique']} {shown}")
+    return " ".join(parts)
+
+
+def _change_text(run: Record) -> str:
+    """A run's change as "12/2000 +12 -0": change rows of the bases' rows, MV rows inserted, deleted."""
+    planning: Record = run.get("planning") or {}
+    change, base = planning.get("change_rows"), planning.get("base_rows")
+    inserted, deleted = run.get("rows_inserted"), run.get("rows_deleted")
+    parts = []
+    if change is not None or base is not None:
+        parts.append(f"{'?' if change is None else change}/{'?' if base is None else base}")
+    if inserted is not None or deleted is not None:
+        parts.append(f"+{'?' if inserted is None else inserted} -{'?' if deleted is None else deleted}")
+    return " ".join(parts) or "-"
 
 
 def ddl_table(entries: list[Record]) -> str:

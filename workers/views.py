@@ -97,8 +97,30 @@ class StatusJson(TypedDict):
     notes: list[str]
 
 
+class CandidateJson(TypedDict):
+    technique: str
+    estimated_ms: float | None
+    available: bool
+    note: str | None
+
+
+class PlanningJson(TypedDict):
+    """What a refresh run considered (RunRecord ``planning``)."""
+
+    choice: str
+    reason: str
+    candidates: list[CandidateJson]
+    change_rows: int | None
+    change_bytes: int | None
+    base_rows: int | None
+    base_bytes: int | None
+    base_files: int | None
+    mv_rows: int | None
+
+
 class RunJson(LastRunJson):
-    """A run record: its summary (as a task's ``last_run``) and where it ran, what it read, why it failed."""
+    """A run record: its summary (as a task's ``last_run``) and where it ran, what it read, why it
+    failed, what it considered (``planning``) and the rows it inserted into / deleted from the MV."""
 
     task_id: str
     epoch: int
@@ -106,6 +128,9 @@ class RunJson(LastRunJson):
     watermark_before: dict[str, int]
     watermark_after: dict[str, int]
     error: ErrorJson | None
+    planning: PlanningJson | None
+    rows_inserted: int | None
+    rows_deleted: int | None
 
 
 class DdlJson(TypedDict):
@@ -300,6 +325,33 @@ def run_json(run: Record) -> RunJson:
         "watermark_before": dict(run["watermark_before"]),
         "watermark_after": dict(run["watermark_after"]),
         "error": error_json(run.get("error")),
+        "planning": planning_json(run.get("planning")),
+        "rows_inserted": run.get("rows_inserted"),
+        "rows_deleted": run.get("rows_deleted"),
+    }
+
+
+def planning_json(planning: Record | None) -> PlanningJson | None:
+    if planning is None:
+        return None
+    return {
+        "choice": planning["choice"],
+        "reason": planning["reason"],
+        "candidates": [
+            {
+                "technique": c["technique"],
+                "estimated_ms": c.get("estimated_ms"),
+                "available": c["available"],
+                "note": c.get("note"),
+            }
+            for c in planning["candidates"]
+        ],
+        "change_rows": planning.get("change_rows"),
+        "change_bytes": planning.get("change_bytes"),
+        "base_rows": planning.get("base_rows"),
+        "base_bytes": planning.get("base_bytes"),
+        "base_files": planning.get("base_files"),
+        "mv_rows": planning.get("mv_rows"),
     }
 
 

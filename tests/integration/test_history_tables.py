@@ -7,6 +7,7 @@ copy) adds nothing but the runs that came after."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from tests.support.sales import BY_REGION, SCHEMA, rows
 from workers import warehouse
 from workers.bus import BusConsumer, KafkaBus
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
+from workers.cli import main
 from workers.config import Settings
 from workers.demo_tables import create_table
 from workers.worker.history_rows import FINAL_RUN_STATES
@@ -94,7 +96,11 @@ def refresh_and_wait(cluster: Cluster, name: str, before: set[str]) -> str:
 
 
 def test_runs_and_tasks_land_in_delta_exactly_once_across_a_replay(
-    cluster: Cluster, spark: Any, sinks: list[RunningSink]
+    cluster: Cluster,
+    spark: Any,
+    sinks: list[RunningSink],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings = cluster.settings
     create_table(spark, settings, "returns", rows(0, 3), SCHEMA)
@@ -117,6 +123,24 @@ def test_runs_and_tasks_land_in_delta_exactly_once_across_a_replay(
     errors = history.where("state = 'ERROR'")
     assert [(r["run_id"], r["name"], r["error_code"]) for r in errors] == [(failed, "doomed", 1003)]
     assert {r["refresh_type"] for r in history.rows() if r["state"] == "COMPLETED"} == {"COMPLETE"}
+    # Each refresh's planning information, in the table and in `mvs history --output json`.
+    (built,) = history.where("name = 'by_region' AND state = 'COMPLETED'")
+    assert built["planning_reason"] == "complete: refresh mode COMPLETE"
+    assert built["complete_estimated_ms"] > 0 and built["fast_estimated_ms"] is None
+    assert (built["change_rows"], built["base_rows"]) == (None, 12)  # a first build has no range
+    assert (built["rows_inserted"], built["rows_deleted"]) == (3, 0)
+    for name, value in (("BOOTSTRAP_SERVERS", settings.bootstrap_servers), ("NAMESPACE", settings.namespace)):
+        monkeypatch.setenv(f"MVS_{name}", value)
+    monkeypatch.setenv("MVS_WAREHOUSE", settings.warehouse)
+    capsys.readouterr()
+    assert main(["history", "by_region", "--output", "json"]) == 0
+    (run,) = [r for r in json.loads(capsys.readouterr().out)["runs"] if r["state"] == "COMPLETED"]
+    planning = run["planning"]
+    assert (planning["choice"], planning["reason"]) == ("COMPLETE", "complete: refresh mode COMPLETE")
+    fast, complete = planning["candidates"]
+    assert (fast["technique"], fast["available"], fast["note"]) == ("FAST", False, "refresh mode COMPLETE")
+    assert complete["technique"] == "COMPLETE" and complete["estimated_ms"] == built["complete_estimated_ms"]
+    assert (planning["base_rows"], run["rows_inserted"], run["rows_deleted"]) == (12, 3, 0)
     states = wait_until(
         lambda: (
             (got := {r["task_id"]: r["state"] for r in tasks.rows()}).get("mv:doomed") == "FAILED" and got

@@ -3,3 +3,4 @@
 from pathlib import Path
 
 AVRO_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "avro"
+REPO = Path(__file__).resolve().parents[2]

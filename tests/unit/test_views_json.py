@@ -153,9 +153,17 @@ def test_history_has_runs_and_ddl_with_their_answers_and_notes_for_what_could_no
     assert list(shape) == [
         "run_id", "trigger", "state", "started_at", "started_at_ms", "ended_at", "ended_at_ms",
         "duration_ms", "rows_written", "message", "task_id", "epoch", "worker_id", "watermark_before",
-        "watermark_after", "error",
+        "watermark_after", "error", "planning", "rows_inserted", "rows_deleted",
     ]  # fmt: skip
     assert shape["state"] == "ERROR" and shape["duration_ms"] == 900 and shape["error"]["code"] == 2001
+    assert shape["planning"] is None  # a failed run (and a record from before planning) has none
+    planned = history_json(
+        HistorySnapshot("mv:sales_by_region", [{**run, "planning": fixture("RunPlanning")}], [])
+    )
+    planning = planned["runs"][0]["planning"]
+    assert planning is not None and planning["choice"] == "COMPLETE"
+    assert [c["estimated_ms"] for c in planning["candidates"]] == [41_000.0, 12_000.0]
+    assert planning["change_rows"] == 2_100_000 and planning["base_rows"] == 3_300_000
     answered, unanswered = document["ddl"]
     assert list(answered) == [
         "issued_at", "issued_at_ms", "action", "name", "sql", "issued_by", "accepted", "task_id", "error",

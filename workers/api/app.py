@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -25,6 +25,7 @@ from workers.catalog.errors import ErrorCode
 from workers.catalog.names import mv_name_problem
 from workers.client import MvsClient, task_id_of
 from workers.config import Settings
+from workers.explain import ExplainJson, explain
 from workers.failures import within
 from workers.views import (
     HistoryJson,
@@ -198,6 +199,14 @@ def create_app(settings: Settings) -> FastAPI:
         """Publish one DDL statement and wait for the coordinator's answer (as ``mvs sql``):
         200 when accepted, else the refusal's code (404 unknown MV, 409 duplicate, 400 invalid)."""
         return execute(request.statement)
+
+    @app.post("/explain", response_model=ExplainJson, responses=_errors(400), tags=["ddl"])
+    def post_explain(statement: str = Body(..., media_type="text/plain")) -> ExplainJson:
+        """EXPLAIN the body, a ``CREATE MATERIALIZED VIEW`` statement, without creating anything (as
+        ``mvs explain --output json``): FAST or not and why, the plan and its rules, the MV logs the
+        bases still need, the helper state. A statement that would be refused says so (``accepted``
+        false, ``error``)."""
+        return explain(settings, statement)
 
     def add_action(action: str, template: str) -> None:
         def act(name: str = NAME) -> StatementJson:

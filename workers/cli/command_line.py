@@ -6,7 +6,8 @@ mvs acls apply|show --coordinator User:c --worker User:w --ddl-producer User:ali
                                   create (or print) the minimal ACLs per role and the DDL inboxes
 mvs sql "CREATE MATERIALIZED VIEW ..."   publish one DDL event and print the coordinator's answer
 mvs status [--watch SECONDS]      every task: kind, state, owner, epoch, last run, watermark, lag, error
-mvs history [TASK]                run history
+mvs history [TASK]                run history (with each run's planning information)
+mvs explain "CREATE MATERIALIZED VIEW …"   FAST or not and why, the plan, MV logs and helper state
 mvs tail TOPIC [--from-beginning] decoded records of any mvs topic
           (status, history, tail: --output json for scripts; fields in README "Machine-readable output")
 mvs serve [--host H] [--port P]   the REST API (README "REST API"; OpenAPI at /openapi.json)
@@ -33,6 +34,7 @@ from workers.cli.commands import (
     cmd_broker,
     cmd_coordinator,
     cmd_demo,
+    cmd_explain,
     cmd_history,
     cmd_serve,
     cmd_sql,
@@ -118,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("statement")
     sql.add_argument("--no-wait", action="store_true", help="do not wait for the coordinator's answer")
     sql.set_defaults(func=cmd_sql, watchdog=True)
+    explain = sub.add_parser(
+        "explain", help="what a CREATE MATERIALIZED VIEW would be, without creating it", parents=[output]
+    )
+    explain.add_argument("statement")
+    explain.set_defaults(func=cmd_explain)  # reads Delta logs only: no broker to wait for
     status = sub.add_parser("status", help="list every task", parents=[bounded, output])
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS")
     status.set_defaults(func=cmd_status)  # bounds each snapshot itself

@@ -106,6 +106,15 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
         client.close()
 
 
+def cmd_explain(settings: Settings, args: argparse.Namespace) -> int:
+    """EXPLAIN a CREATE MATERIALIZED VIEW (``workers.explain``); exit 1 when it would be refused."""
+    from workers.explain import explain, explain_text
+
+    answer = explain(settings, args.statement)
+    print(json.dumps(answer) if args.output == "json" else explain_text(answer))
+    return 0 if answer["accepted"] else 1
+
+
 def _status_output(settings: Settings, args: argparse.Namespace) -> str:
     """The tasks table, then the live roles; what cannot be read (a group this principal may not
     describe, an unreadable warehouse) is one note under the tables, not a failure. With

@@ -28,7 +28,8 @@ from workers.coordinator.effects import (
     safepoint_for,
 )
 from workers.coordinator.pipelines import dropped_with, fail_readers_on_new_columns, live_mv, upstream_mvs
-from workers.ddl import DdlError, QueryInfo, analyze_query, apply_alter, plan_record, query_output_columns
+from workers.ddl import DdlError, QueryInfo, apply_alter, plan_record, query_output_columns
+from workers.ddl.analysis import analyze_mv_query
 from workers.ddl.parser import SCHEMA_VERSION
 from workers.records import Record
 
@@ -99,29 +100,15 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
 
 
 def _analyzed(query: str, ctx: Context, tasks: Mapping[str, Record]) -> QueryInfo:
-    """The query's analysis, a join's unqualified columns resolved against its tables' columns as the
-    Delta logs give them (the only analysis: workers take the plan from the task record). An MV not
-    built yet has no log: its columns are its own query's output columns."""
+    """The query's analysis (``workers.ddl.analysis``: the only one; workers take the plan from the
+    task record). An MV not built yet has no Delta log: its columns are its own query's output columns."""
 
-    def columns_of(table: str) -> tuple[str, ...] | None:
-        if name_problem(table, "table") is not None:
-            return None  # refused by name after the analysis
-        try:
-            columns = ctx.table_columns(table)
-        except OSError as exc:
-            raise MvsError(
-                ErrorCode.STORAGE_UNAVAILABLE, f"cannot read the columns of {table}: {exc}"
-            ) from exc
+    def table_columns(table: str) -> tuple[str, ...] | None:
+        columns = ctx.table_columns(table)
         upstream = live_mv(table, tasks) if columns is None else None
         return columns if upstream is None else query_output_columns(upstream["mv"]["query"])
 
-    try:
-        return analyze_query(query, columns_of=columns_of)
-    except DdlError as exc:
-        raise _invalid(str(exc)) from exc
-    except (RecursionError, ValueError, TypeError) as exc:
-        # The SQL parser gave up on text no statement of ours produces (a raw producer's).
-        raise _invalid(f"the query cannot be analysed: {type(exc).__name__}: {exc}") from exc
+    return analyze_mv_query(query, table_columns)
 
 
 def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:

@@ -47,6 +47,9 @@ class RefreshResult:
     delta_version: int | None = None  # MV table version holding the content after the run
     message: str = ""
     spark_jobs: int | None = None  # Spark jobs the run started (its job group's), None if not counted
+    # Rows the commit inserted into / deleted from the MV (its operation metrics), None: not known.
+    rows_inserted: int | None = None
+    rows_deleted: int | None = None
 
 
 def read_watermark(
@@ -143,6 +146,7 @@ def landed(
                 watermark_after=dict(watermark),
                 delta_version=commit.version,
                 message=f"wrote {rows} rows at version {commit.version}",
+                rows_inserted=rows,  # deleted: every row before (``table_size`` of the MV knows them)
             )
     current = read_watermark(spark, settings, request.mv_name)
     if current is not None and current.epoch > epoch:

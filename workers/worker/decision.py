@@ -1,7 +1,9 @@
 """The one place that decides what a refresh run does: skip it, apply the MV log, or recompute.
 
 ``decide`` returns the kind and the reason the run record's message shows ("skipped: no change",
-"complete: refresh mode COMPLETE", "complete: no MV log on sales", "fast: …"). The maintainer's cheap
+"complete: refresh mode COMPLETE", "complete: no MV log on sales", "fast: …"), and what the run
+considered (``planning``: the candidates with their estimated costs, ``workers.worker.planning``,
+which also makes FORCE's choice by cost). The maintainer's cheap
 pre-check (no Spark: the watermark it remembers against the bases' versions) and the runner (the
 watermark the MV table records) both ask ``unchanged``, the first rule of ``decide``.
 
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 
 from workers.catalog.specs import REFRESH_MODES
 from workers.jobs import RunRequest
+from workers.jobs.delta.sizes import ChangeSize
+from workers.worker.planning import COMPLETE, CostModel, Planning, plan_run
 
 NO_CHANGE = "skipped: no change"
 
@@ -32,10 +36,11 @@ class DecisionKind(enum.Enum):
 class Decision:
     kind: DecisionKind
     reason: str  # what the run record's message starts with
+    planning: Planning | None = None  # what was considered (None: skipped)
 
     @classmethod
-    def complete(cls, reason: str) -> Decision:
-        return cls(DecisionKind.COMPLETE, reason)
+    def complete(cls, reason: str, planning: Planning | None = None) -> Decision:
+        return cls(DecisionKind.COMPLETE, reason, planning)
 
 
 def unchanged(pinned: Mapping[str, int], reflected: Mapping[str, int] | None) -> Decision | None:
@@ -51,29 +56,34 @@ def decide(
     request: RunRequest,
     reflected: Mapping[str, int] | None,
     fast_blocker: Callable[[], str | None],
+    size: Callable[[], ChangeSize | None] = lambda: None,
+    model: CostModel | None = None,
 ) -> Decision:
     """What the run of ``request`` does, given the watermark the MV table records (``reflected``).
 
-    FAST and FORCE apply the MV log when the query has a fast-refresh plan and ``fast_blocker``
-    (the Delta-side preconditions: an MV log covering the MV's watermark, same columns…; called
-    only then) finds nothing against it; otherwise they recompute, saying why. Both fall back
-    alike: a FAST view was accepted with a plan, and an MV behind the retained change data is
-    refreshed completely (design).
+    FAST applies the MV log when the query has a fast-refresh plan and ``fast_blocker`` (the
+    Delta-side preconditions: an MV log covering the MV's watermark, same columns…; called only
+    then) finds nothing against it; otherwise it recomputes, saying why (an MV behind the retained
+    change data is refreshed completely: design). FORCE, where FAST could run, takes the cheaper by
+    ``model``'s estimates over ``size`` (the run's change and table sizes, read from the Delta logs;
+    None: unknown, then FAST while it can).
     """
     if request.mode not in REFRESH_MODES:
         raise ValueError(f"unknown refresh mode {request.mode!r}")
     skip = unchanged(request.pinned, reflected)
     if skip is not None:
         return skip
-    if request.mode == "COMPLETE":
-        return Decision.complete("complete: refresh mode COMPLETE")
     plan = request.plan.fast_refresh
-    if plan is None:
-        return Decision.complete(f"complete: fast refresh is not possible: {request.plan.fast_reason}")
-    blocker = fast_blocker()
-    if blocker is not None:
-        return Decision.complete(blocker)
+    blocker: str | None = None
+    if request.mode != "COMPLETE":
+        if plan is None:
+            blocker = f"complete: fast refresh is not possible: {request.plan.fast_reason}"
+        else:
+            blocker = fast_blocker()
+    planning = plan_run(request.mode, blocker, size(), model or CostModel())
+    if planning.choice == COMPLETE or plan is None:
+        return Decision.complete(planning.reason, planning)
     since = (reflected or {}).get(plan.base_table)
     until = request.pinned.get(plan.base_table)
     reason = f"fast: changes of {plan.base_table} after v{since} up to v{until}"
-    return Decision(DecisionKind.INCREMENTAL, reason)
+    return Decision(DecisionKind.INCREMENTAL, reason, planning)

@@ -44,6 +44,14 @@ HISTORY_COLUMNS = (
     "error_retryable",
     "source_partition",
     "source_offset",
+    # Planning information (added later: an older table gains these columns on the next append).
+    "planning_reason",
+    "fast_estimated_ms",
+    "complete_estimated_ms",
+    "change_rows",
+    "base_rows",
+    "rows_inserted",
+    "rows_deleted",
 )
 TASK_COLUMNS = (
     "task_id",
@@ -124,6 +132,23 @@ def history_row(record: Mapping[str, Any], partition: int, offset: int) -> dict[
         "error_retryable": error.get("retryable"),
         "source_partition": partition,
         "source_offset": offset,
+        **planning_columns(record),
+    }
+
+
+def planning_columns(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's planning information (RunRecord ``planning``, ``rows_inserted`` / ``rows_deleted``) as
+    history columns; nulls for a run without (skipped, failed, purge, or recorded before it existed)."""
+    planning: Record = record.get("planning") or {}
+    estimates = {c["technique"]: c.get("estimated_ms") for c in planning.get("candidates") or []}
+    return {
+        "planning_reason": planning.get("reason"),
+        "fast_estimated_ms": estimates.get("FAST"),
+        "complete_estimated_ms": estimates.get("COMPLETE"),
+        "change_rows": planning.get("change_rows"),
+        "base_rows": planning.get("base_rows"),
+        "rows_inserted": record.get("rows_inserted"),
+        "rows_deleted": record.get("rows_deleted"),
     }
 
 

@@ -23,6 +23,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DoubleType,
     IntegerType,
     LongType,
     MapType,
@@ -64,6 +65,13 @@ HISTORY_SCHEMA = StructType(
         StructField("error_retryable", BooleanType()),
         StructField("source_partition", IntegerType(), False),
         StructField("source_offset", _L, False),
+        StructField("planning_reason", _S),
+        StructField("fast_estimated_ms", DoubleType()),
+        StructField("complete_estimated_ms", DoubleType()),
+        StructField("change_rows", _L),
+        StructField("base_rows", _L),
+        StructField("rows_inserted", _L),
+        StructField("rows_deleted", _L),
     ]
 )
 TASKS_SCHEMA = StructType(
@@ -128,6 +136,7 @@ def append_history(
             .mode("append")
             .option("txnAppId", app_id)
             .option("txnVersion", str(last_offset))
+            .option("mergeSchema", "true")  # a table written before the planning columns gains them
             .save(path)
         )
 

@@ -316,6 +316,9 @@ class Maintainer:
                 rows=result.rows_written,
                 after=result.watermark_after,
                 message=result.message,
+                planning=result.planning,
+                inserted=result.rows_inserted,
+                deleted=result.rows_deleted,
             )
             if result.state == "SKIPPED" and self.env.metrics is not None:
                 self.env.metrics.record_skip("already_applied")
@@ -357,6 +360,9 @@ class Maintainer:
         after: dict[str, int] | None = None,
         message: str | None = None,
         error: Record | None = None,
+        planning: Record | None = None,
+        inserted: int | None = None,
+        deleted: int | None = None,
     ) -> None:
         ended = None if state in ("PENDING", "RUNNING") else self.env.clock.wall_ms()
         record = run_record(
@@ -370,6 +376,9 @@ class Maintainer:
             after=after,
             message=message,
             error=error,
+            planning=planning,
+            inserted=inserted,
+            deleted=deleted,
         )
         self.last_run = run_summary(record)
         self.env.publish("runs", self.task_id, record)

@@ -23,10 +23,14 @@ def run_record(
     after: dict[str, int] | None,
     message: str | None,
     error: Record | None,
+    planning: Record | None = None,
+    inserted: int | None = None,
+    deleted: int | None = None,
 ) -> Record:
     """The RunRecord of ``run`` in ``state``; a run not yet started shows its queueing time, one
     that changed nothing (no ``after``) the watermark it started from, and a failed one the error's
-    message."""
+    message. ``planning``: what a refresh considered (``workers.worker.planning``); ``inserted`` /
+    ``deleted``: the rows it changed in the MV, where its Delta commit says."""
     return {
         "run_id": run.run_id,
         "trigger": run.trigger,
@@ -41,6 +45,9 @@ def run_record(
         "watermark_before": run.watermark_before,
         "watermark_after": dict(after or run.watermark_before),
         "error": error,
+        "planning": planning,
+        "rows_inserted": inserted,
+        "rows_deleted": deleted,
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,10 +20,12 @@ from workers import warehouse
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
 from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
+from workers.jobs.delta.sizes import ChangeSize, change_size
 from workers.records import Record
 from workers.warehouse import latest_version, table_exists
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
+from workers.worker.planning import COMPLETE, FAST, CostModel
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
     from workers.jobs import RefreshResult
@@ -42,6 +44,9 @@ class RunResult:
     watermark_after: dict[str, int] = field(default_factory=dict)
     message: str | None = None
     spark_jobs: int | None = None  # Spark jobs the run started; None when the job did not count them
+    planning: Record | None = None  # what the run considered (RunRecord.planning), None: skipped
+    rows_inserted: int | None = None  # rows the run inserted into / deleted from the MV, if known
+    rows_deleted: int | None = None
 
 
 class Runner(Protocol):
@@ -53,12 +58,25 @@ class Runner(Protocol):
 
 
 class SparkRunner:
-    def __init__(self, settings: Settings, session: Callable[[Settings], Any] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        session: Callable[[Settings], Any] | None = None,
+        *,
+        priors: CostModel | None = None,
+        learn: bool = True,
+    ) -> None:
+        """``priors``: each MV's refresh costs before its runs teach them (``planning.CostModel``'s
+        defaults); ``learn``: whether outcomes update them (off: a fixed model, for tests)."""
         self.settings = settings
         self._session = session  # None: the process's (``workers.jobs.get_spark``)
+        self._priors = priors or CostModel()
+        self._learns = learn
         self._lock = threading.Lock()
         self._started = False  # whether this process has a Spark session (a cancel needs none else)
         self._live: set[str] = set()  # job groups of runs now inside refresh/purge
+        # Each MV's refresh costs as its runs on this worker taught them (``planning.CostModel``).
+        self._costs: dict[str, CostModel] = {}
 
     @property
     def spark(self) -> Any:
@@ -134,17 +152,41 @@ class SparkRunner:
             request = RunRequest.for_task(
                 task, run_id=run_id, job_group=job_group, pinned=cut.pinned, reflects=cut.reflects
             )
+            mv_version = latest_version(self.settings, request.mv_name)
+            sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
+
+            def size() -> ChangeSize | None:
+                sizes.append(self._change_size(request, reflected, mv_version))
+                return sizes[-1]
+
             decision = decide(
-                request, reflected, lambda: fast_refresh_blocker(self.spark, self.settings, request)
+                request,
+                reflected,
+                lambda: fast_refresh_blocker(self.spark, self.settings, request),
+                size,
+                self.cost_model(request.task_id),
             )
             if decision.kind is DecisionKind.SKIP:
                 return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason, 0)
-            result = self._run(request, decision)
+            began = time.monotonic()
+            result, ran = self._run(request, decision)
+            took_ms = (time.monotonic() - began) * 1000
+        size_read = sizes[-1] if sizes else None
+        if result.applied:  # a skipped commit did not do the work it would learn from
+            self._learn(request.task_id, ran, size_read, took_ms)
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
         if cut.reflects != cut.pinned:  # an MV over MVs: the base versions it reflects through them
             message = f"{message}; reflects {cut_text(cut.reflects)}"
+        deleted = result.rows_deleted
+        if ran == COMPLETE and deleted is None and size_read is not None:
+            # An overwrite deletes every row the MV had (none before its first build).
+            deleted = size_read.mv.rows if size_read.mv is not None else 0
+        planning = decision.planning.record() if decision.planning is not None else None
+        if planning is not None and ran != planning["choice"]:
+            planning["choice"] = ran  # FAST's preconditions failed under the fence: recomputed
+            planning["reason"] = (result.message or "").partition(";")[0]
         return RunResult(
             "COMPLETED",
             result.rows_written if result.applied else 0,
@@ -152,6 +194,9 @@ class SparkRunner:
             result.watermark_after,
             message,
             result.spark_jobs,
+            planning,
+            result.rows_inserted if result.applied else 0,
+            deleted if result.applied else 0,
         )
 
     def _cut(self, task: Record, latest: dict[str, int], floor: dict[str, int], log_reader: Any) -> Cut | str:
@@ -171,19 +216,44 @@ class SparkRunner:
 
         return consistent_cut(latest, upstream, floor, reflected)
 
-    def _run(self, request: RunRequest, decision: Decision) -> RefreshResult:
-        """The job ``decision`` asks for; a complete refresh's message starts with the reason."""
+    def cost_model(self, task_id: str) -> CostModel:
+        """What MV ``task_id``'s refreshes cost, as far as its runs here taught it."""
+        with self._lock:
+            return self._costs.get(task_id) or self._priors
+
+    def _learn(self, task_id: str, technique: str, size: ChangeSize | None, took_ms: float) -> None:
+        if not self._learns:
+            return
+        with self._lock:
+            model = self._costs.get(task_id) or self._priors
+            self._costs[task_id] = model.learned(technique, size, took_ms)
+
+    def _change_size(
+        self, request: RunRequest, reflected: Mapping[str, int] | None, mv_version: int | None
+    ) -> ChangeSize | None:
+        """The run's change and table sizes from the Delta logs; None when they cannot be read (the
+        run goes on: FORCE then takes FAST while it can)."""
+        ranges = {base: ((reflected or {}).get(base), until) for base, until in request.pinned.items()}
+        try:
+            return change_size(self.settings, ranges, request.mv_name, mv_version)
+        except Exception:  # noqa: BLE001 - sizes only inform the choice
+            log.warning("%s: change sizes unreadable", request.task_id, exc_info=True)
+            return None
+
+    def _run(self, request: RunRequest, decision: Decision) -> tuple[RefreshResult, str]:
+        """The job ``decision`` asks for and the technique that ran (FAST | COMPLETE); a complete
+        refresh's message starts with the reason."""
         from workers.jobs import FastRefreshNotPossible, refresh_complete, refresh_incremental
 
         if decision.kind is DecisionKind.INCREMENTAL:
             try:
-                return refresh_incremental(self.spark, self.settings, request)
+                return refresh_incremental(self.spark, self.settings, request), FAST
             except FastRefreshNotPossible as why:
                 # The same preconditions, checked again under the fence, failed: the MV log moved
                 # on (a purge) or the MV's content does not match its watermark since the decision.
                 decision = Decision.complete(why.reason)
         result = refresh_complete(self.spark, self.settings, request)
-        return replace(result, message=f"{decision.reason}; {result.message}")
+        return replace(result, message=f"{decision.reason}; {result.message}"), COMPLETE
 
     def purge(self, task: Record, *, safepoint: int | None, run_id: str, job_group: str) -> RunResult:
         from workers.jobs import create_mv_log, purge

@@ -69,12 +69,14 @@ def _fast(spark: Any, settings: Settings, mv: str, query: str, *, epoch: int = 1
 
 
 def _by_mode(spark: Any, settings: Settings, mv: str, query: str, *, run: str) -> RunResult:
-    """A FORCE refresh the way a worker runs it: pin, decide, run the job (``SparkRunner.refresh``)."""
+    """A FAST refresh the way a worker runs it: pin, decide, run the job (``SparkRunner.refresh``).
+    (FAST, not FORCE: on tables this small FORCE's cost model rightly prefers recomputing,
+    tests/integration/jobs/test_force_by_cost.py.)"""
     runner = SparkRunner(settings)
     runner._spark = spark  # the session the tests share
     spec = {
         "query": query,
-        "refresh_mode": "FORCE",
+        "refresh_mode": "FAST",
         "base_tables": ["sales"],
         "plan": plan_record(analyze_query(query).plan),
     }

@@ -49,6 +49,17 @@ def test_a_run_end_is_one_row_naming_its_source_record() -> None:
     assert row["started_at"] == datetime.fromtimestamp(T0 / 1000, tz=UTC)
     assert row["duration_ms"] == 900
     assert (row["source_partition"], row["source_offset"]) == (2, 41)
+    assert row["planning_reason"] is None and row["rows_inserted"] is None  # a failed run planned nothing
+
+
+def test_a_refresh_row_carries_its_planning_information() -> None:
+    record = {**fixture("RunRecord"), "state": "COMPLETED", "error": None, "planning": fixture("RunPlanning")}
+    row = history_row({**record, "rows_inserted": 5, "rows_deleted": 2}, 0, 1)
+    assert row is not None
+    assert row["planning_reason"] == fixture("RunPlanning")["reason"]
+    assert (row["fast_estimated_ms"], row["complete_estimated_ms"]) == (41_000.0, 12_000.0)
+    assert (row["change_rows"], row["base_rows"]) == (2_100_000, 3_300_000)
+    assert (row["rows_inserted"], row["rows_deleted"]) == (5, 2)
 
 
 @pytest.mark.parametrize("state", ["PENDING", "RUNNING"])

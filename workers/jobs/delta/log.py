@@ -59,10 +59,11 @@ def iter_commits(
             actions = warehouse.read_commit(settings, name, version)
         except FileNotFoundError:
             return
-        yield _from_actions(version, actions)
+        yield commit_info(version, actions)
 
 
-def _from_actions(version: int, actions: list[dict[str, Any]]) -> CommitInfo:
+def commit_info(version: int, actions: list[dict[str, Any]]) -> CommitInfo:
+    """The commit info of the commit ``version`` whose ``actions`` were read."""
     info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     txns = tuple((str(a["txn"]["appId"]), int(a["txn"]["version"])) for a in actions if "txn" in a)
     return CommitInfo(

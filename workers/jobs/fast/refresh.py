@@ -36,7 +36,7 @@ from workers.jobs.changes import mvlog
 from workers.jobs.complete import RefreshResult, read_at, read_watermark, run_query
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta import rs_commit
+from workers.jobs.delta import rs_commit, sizes
 from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
@@ -325,4 +325,5 @@ def _result(
         f"incremental: {changes} change rows applied ({versions}: {detail}), "
         f"{written} MV rows written at version {found.delta_version}"
     )
-    return replace(found, rows_written=written, message=message)
+    inserted, deleted = sizes.rows_inserted_deleted(commit.operation, metrics) or (None, None)
+    return replace(found, rows_written=written, message=message, rows_inserted=inserted, rows_deleted=deleted)

@@ -1,0 +1,182 @@
+"""FORCE's choice by cost and the planning information of a run (pure: ``workers.worker.planning``),
+and the change sizes read from Delta commit actions (``workers.jobs.delta.sizes``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workers.jobs.delta.sizes import ChangeSize, TableSize, commit_change, rows_inserted_deleted
+from workers.worker.planning import (
+    BULK_SHARE,
+    COMPLETE,
+    FAST,
+    CostModel,
+    TechniqueCost,
+    plan_run,
+)
+
+MODEL = CostModel(fast=TechniqueCost(1000.0, 0.02), complete=TechniqueCost(1000.0, 0.002))
+
+
+def size(change: int | None, base: int | None, mv: int | None = 0) -> ChangeSize:
+    return ChangeSize(change, None, TableSize(base, 1, 1), None if mv is None else TableSize(mv, 1, 1))
+
+
+def test_force_takes_the_cheaper_and_says_both_estimates() -> None:
+    small = plan_run("FORCE", None, size(10, 1_000_000), MODEL)
+    assert small.choice == FAST
+    assert small.reason == (
+        "fast: cost: 10 change rows ≈ 0.001 % of the base; FAST est. 1.0 s vs COMPLETE est. 3.0 s"
+    )
+    big = plan_run("FORCE", None, size(400_000, 1_000_000), MODEL)
+    assert big.choice == COMPLETE
+    assert big.reason == (
+        "complete: cost: 400.0 k change rows ≈ 40 % of the base; FAST est. 9.0 s vs COMPLETE est. 3.0 s"
+    )
+    assert [(c.technique, c.estimated_ms, c.available) for c in big.candidates] == [
+        (FAST, 9000.0, True),
+        (COMPLETE, 3000.0, True),
+    ]
+
+
+def test_a_bulk_change_is_recomputed_whatever_the_estimates() -> None:
+    cheap_fast = CostModel(fast=TechniqueCost(0.0, 0.0), complete=TechniqueCost(1e9, 1.0))
+    planned = plan_run("FORCE", None, size(640, 1000), cheap_fast)
+    assert planned.choice == COMPLETE
+    assert planned.reason == "complete: bulk change: 640 change rows ≈ 64 % of the base"
+
+
+@pytest.mark.parametrize(
+    ("mode", "blocker", "choice", "reason", "fast_note"),
+    [
+        ("COMPLETE", None, COMPLETE, "complete: refresh mode COMPLETE", "refresh mode COMPLETE"),
+        ("FAST", "complete: first build", COMPLETE, "complete: first build", "first build"),
+        ("FORCE", "complete: no MV log on t", COMPLETE, "complete: no MV log on t", "no MV log on t"),
+        # FAST stays strict: even a bulk change is applied incrementally
+        ("FAST", None, FAST, "fast: refresh mode FAST", ""),
+    ],
+)
+def test_the_mode_and_the_preconditions_come_before_the_cost(
+    mode: str, blocker: str | None, choice: str, reason: str, fast_note: str
+) -> None:
+    planned = plan_run(mode, blocker, size(900, 1000), MODEL)
+    assert (planned.choice, planned.reason) == (choice, reason)
+    fast = planned.candidates[0]
+    assert (fast.technique, fast.available, fast.note) == (FAST, not fast_note, fast_note)
+    assert (fast.estimated_ms is None) == bool(fast_note)
+
+
+def test_unknown_sizes_keep_force_on_fast() -> None:
+    for unknown in (None, size(None, 1000), size(5, None)):
+        planned = plan_run("FORCE", None, unknown, MODEL)
+        assert planned.choice == FAST and planned.reason.startswith("fast: cost: ")
+
+
+def test_the_record_carries_the_candidates_and_sizes() -> None:
+    record = plan_run("FORCE", None, ChangeSize(3, 300, TableSize(100, 9000, 2), TableSize(50, 10, 1)), MODEL)
+    assert record.record() == {
+        "choice": FAST,
+        "reason": record.reason,
+        "candidates": [
+            {"technique": FAST, "estimated_ms": 1000.06, "available": True, "note": None},
+            {"technique": COMPLETE, "estimated_ms": 1000.3, "available": True, "note": None},
+        ],
+        "change_rows": 3,
+        "change_bytes": 300,
+        "base_rows": 100,
+        "base_bytes": 9000,
+        "base_files": 2,
+        "mv_rows": 50,
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.integers(1, 10**8),
+    changes=st.lists(st.integers(0, 10**8), min_size=2, max_size=6),
+    fast=st.tuples(st.floats(0, 1e4), st.floats(0, 1.0)),
+    complete=st.tuples(st.floats(0, 1e4), st.floats(0, 1.0)),
+)
+def test_force_never_picks_the_dearer_and_once_complete_stays_complete_for_bigger_changes(
+    base: int, changes: list[int], fast: tuple[float, float], complete: tuple[float, float]
+) -> None:
+    model = CostModel(fast=TechniqueCost(*fast), complete=TechniqueCost(*complete))
+    choices = []
+    for change in sorted(min(c, base * 2) for c in changes):
+        planned = plan_run("FORCE", None, size(change, base), model)
+        fast_ms, complete_ms = (c.estimated_ms for c in planned.candidates)
+        assert fast_ms is not None and complete_ms is not None
+        if change / base >= BULK_SHARE:
+            assert planned.choice == COMPLETE
+        else:
+            cheaper = COMPLETE if complete_ms < fast_ms else FAST
+            assert planned.choice == cheaper
+        choices.append(planned.choice)
+    assert choices == sorted(choices, key=lambda c: c == COMPLETE)  # FAST..., then COMPLETE...
+
+
+def test_the_model_learns_the_part_that_dominated_from_outcomes() -> None:
+    model = CostModel(fast=TechniqueCost(1000.0, 0.01), complete=TechniqueCost(1000.0, 0.001))
+    tiny = size(10, 1000)
+    slow_start = model.learned(FAST, tiny, took_ms=3000.0)
+    assert slow_start.fast.fixed_ms == pytest.approx(0.7 * 1000 + 0.3 * (3000 - 0.1))
+    assert slow_start.fast.ms_per_row == 0.01 and slow_start.complete == model.complete
+    big = size(1_000_000, 2_000_000)
+    slow_rows = model.learned(FAST, big, took_ms=1000.0 + 0.05 * 1_000_000)
+    assert slow_rows.fast.ms_per_row == pytest.approx(0.7 * 0.01 + 0.3 * 0.05)
+    whole = ChangeSize(5, None, TableSize(10**7, 1, 1), TableSize(10**6, 1, 1))
+    recompute = model.learned(COMPLETE, whole, 5000.0)
+    assert recompute.complete.ms_per_row == pytest.approx(0.7 * 0.001 + 0.3 * 4000 / 11_000_000)
+    assert model.learned(FAST, None, 99.0) == model  # rows unknown: nothing learnt
+
+
+def test_learning_flips_force_after_fast_turned_out_slow() -> None:
+    model, change = MODEL, size(50_000, 1_000_000)
+    assert plan_run("FORCE", None, change, model).choice == FAST
+    for _ in range(6):
+        model = model.learned(FAST, change, took_ms=20_000.0)
+    assert plan_run("FORCE", None, change, model).choice == COMPLETE
+
+
+# -- sizes from the Delta log's actions --------------------------------------------------------------
+def _add(rows: int, size_bytes: int, key: str = "add") -> dict[str, object]:
+    return {key: {"path": "p", "size": size_bytes, "stats": json.dumps({"numRecords": rows})}}
+
+
+def _info(operation: str, **metrics: int) -> dict[str, object]:
+    named = {k: str(v) for k, v in metrics.items()}
+    return {"commitInfo": {"operation": operation, "operationMetrics": named}}
+
+
+@pytest.mark.parametrize(
+    ("actions", "expected"),
+    [
+        ([_info("WRITE", numOutputRows=7), _add(7, 100)], (7, 100)),  # append
+        ([_info("DELETE", numDeletedRows=2), _add(98, 90), _add(100, 95, "remove")], (2, 185)),
+        ([_info("UPDATE", numUpdatedRows=3), _add(100, 90), _add(100, 95, "remove")], (6, 185)),
+        ([_info("MERGE", numTargetRowsInserted=1, numTargetRowsUpdated=2, numTargetRowsDeleted=3)], (8, 0)),
+        ([_info("WRITE", numOutputRows=50), _add(50, 10), _add(40, 8, "remove")], (90, 18)),  # overwrite
+        # no metric: the files' stats
+        ([{"commitInfo": {"operation": "OPTIMIZE?"}}, _add(5, 1), _add(5, 1, "remove")], (10, 2)),
+        # delta-rs's names
+        (
+            [{"commitInfo": {"operation": "WRITE", "operationMetrics": {"num_added_rows": 4}}}, _add(4, 3)],
+            (4, 3),
+        ),
+    ],
+)
+def test_a_commits_change_rows_come_from_its_metrics_else_its_files_stats(
+    actions: list[dict[str, object]], expected: tuple[int, int]
+) -> None:
+    assert commit_change(actions, 1) == expected  # type: ignore[arg-type]
+
+
+def test_rows_inserted_and_deleted_of_an_mv_commit() -> None:
+    merge = {"numTargetRowsInserted": "4", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "1"}
+    assert rows_inserted_deleted("MERGE", merge) == (6, 3)
+    assert rows_inserted_deleted("WRITE", {"numOutputRows": "9"}) == (9, 0)
+    assert rows_inserted_deleted("OPTIMIZE", {}) is None
