@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
+from workers.ddl import QueryPlan, plan_record
 from workers.jobs import with_plan
 from workers.status import table
 
@@ -45,13 +46,18 @@ def mv_task(
     query: str,
     base_tables: Sequence[str] = (),
     refresh_mode: str = "COMPLETE",
+    plan: QueryPlan | None = None,
 ) -> Record:
-    """A TaskRecord as the coordinator hands it to worker WORKER_ID (ADD_MAINTAINER)."""
-    spec = {
+    """A TaskRecord as the coordinator hands it to worker WORKER_ID (ADD_MAINTAINER). ``plan``: the
+    coordinator's analysis of ``query`` (``workers.ddl.analysis.analyze_mv_query``), else the worker's
+    own, as for a record without one (``with_plan``: no table columns, so a join must qualify its own)."""
+    spec: Record = {
         "query": query,
         "refresh_mode": refresh_mode,
         "trigger": {"kind": trigger, "interval_ms": interval_ms},
         "base_tables": list(base_tables),
     }
+    if plan is not None:
+        spec["plan"] = plan_record(plan)
     ctx = Context(now_ms=0, coordinator_epoch=1, table_exists=lambda table: True)
     return with_plan({**new_task(f"mv:{name}", "MV", name, ctx, mv=spec), "owner": WORKER_ID})

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"RF1 and RF2 {tpch.per_round:,} orders each per round, {args.rounds} rounds"
     )
     pairs: dict[str, tuple[TpchMv, TpchMv]] = {
-        name: (create(name, sql), create(f"{name}_complete", sql, mode="COMPLETE"))
+        name: (create(settings, name, sql), create(settings, f"{name}_complete", sql, mode="COMPLETE"))
         for name, sql in queries.items()
     }
     builds: dict[str, Run] = {}

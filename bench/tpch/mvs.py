@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.common import mv_task
+from workers import warehouse
 from workers.catalog.errors import MvsError
-from workers.ddl import DdlError, analyze_query
+from workers.config import Settings
+from workers.ddl import QueryPlan
+from workers.ddl.analysis import analyze_mv_query
 from workers.records import Record
 from workers.worker.runner import SparkRunner
 
@@ -22,14 +25,16 @@ class TpchMv:
     mode: str  # FAST | FORCE | COMPLETE
     task: Record | None  # None: the coordinator refuses the query (``refused`` says why)
     refused: str = ""
+    plan: QueryPlan | None = None  # the coordinator's analysis (what the task record holds)
 
 
-def create(name: str, query: str, mode: str | None = None) -> TpchMv:
+def create(settings: Settings, name: str, query: str, mode: str | None = None) -> TpchMv:
     """MV ``name`` over ``query``: in ``mode``, or FAST where its plan allows and FORCE otherwise.
-    A query the coordinator's analysis refuses gets no task, and the reason."""
+    Analysed as the coordinator does (the bases' columns read from their Delta logs in ``settings``'
+    warehouse); a query it refuses gets no task, and the reason."""
     try:
-        info = analyze_query(query)
-    except (DdlError, ValueError, TypeError) as error:
+        info = analyze_mv_query(query, lambda table: warehouse.table_columns(settings, table))
+    except MvsError as error:
         return TpchMv(name, query, mode or "FORCE", None, f"refused: {error}")
     chosen = mode or ("FAST" if info.fast_refresh is not None else "FORCE")
     task = mv_task(
@@ -39,8 +44,9 @@ def create(name: str, query: str, mode: str | None = None) -> TpchMv:
         query=query,
         base_tables=info.base_tables,
         refresh_mode=chosen,
+        plan=info.plan,
     )
-    return TpchMv(name, query, chosen, task)
+    return TpchMv(name, query, chosen, task, plan=info.plan)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from bench.tpch.queries import load_queries
 from tests.support.fast_checks import multiset_difference
 from workers import warehouse
 from workers.config import Settings
-from workers.ddl import analyze_query
 from workers.jobs import read_watermark
 from workers.status import table
 from workers.worker.runner import SparkRunner
@@ -40,6 +39,12 @@ FAILS_TODAY = {
     "q18": "the spec's Q18 leaves sum(l_quantity) unnamed, a column name Delta cannot store "
     "(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES); refused at CREATE with the column's position"
 }
+
+
+# The queries as written that have a FAST plan (issue 28, part A: aggregates over joins kept linear with
+# helper state, GROUP BY expressions, expressions over aggregates, an equality every OR branch holds as
+# a join key); the others still need the operator-tree planner (CTEs, subqueries, LIMIT, self-joins).
+FAST_TODAY = {"q01", "q05", "q06", "q12", "q14", "q19"}
 
 
 @dataclass
@@ -82,7 +87,7 @@ def tpch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outc
     settings = Settings(warehouse=str(folder / "warehouse"))
     tpch_data = data.generate(spark, settings, SF, ROUNDS, folder=str(folder / "dbgen"))
     runner, oracle = SparkRunner(settings), Oracle(spark, settings)
-    outcomes = {name: Outcome(create(name, sql)) for name, sql in QUERIES.items()}
+    outcomes = {name: Outcome(create(settings, name, sql)) for name, sql in QUERIES.items()}
     for round_ in range(ROUNDS + 1):
         if round_:
             data.rf1(spark, tpch_data, round_ - 1)
@@ -133,7 +138,8 @@ def test_runs_are_fast_exactly_where_the_plan_allows(tpch: dict[str, Outcome], q
     """A FAST MV refreshes incrementally after every round (or skips when no base it reads changed);
     a FORCE MV, made only for queries without a FAST plan, recomputes and names the plan's reason."""
     outcome = tpch[query]
-    plan = analyze_query(outcome.mv.query).plan
+    plan = outcome.mv.plan
+    assert plan is not None, outcome.mv.refused
     refreshed = [r for r in outcome.runs[1:] if r.state != "SKIPPED"]
     if outcome.mv.mode == "FAST":
         assert all(r.fast for r in refreshed), [r.message for r in refreshed]
@@ -142,3 +148,8 @@ def test_runs_are_fast_exactly_where_the_plan_allows(tpch: dict[str, Outcome], q
         assert all(plan.fast_reason in r.message and not r.fast for r in refreshed), [
             r.message for r in refreshed
         ]
+
+
+def test_the_queries_with_a_fast_plan_are_the_expected_ones(tpch: dict[str, Outcome]) -> None:
+    fast = {name for name, outcome in tpch.items() if outcome.mv.mode == "FAST"}
+    assert fast == FAST_TODAY, {name: tpch[name].mv.plan for name in fast ^ FAST_TODAY}

@@ -4,9 +4,9 @@ These shapes are eligible, over one base table or an inner equi-join of several:
 
 * projection: ``SELECT <cols/expressions> FROM t [WHERE <deterministic predicate>]`` - each change
   row maps to at most one MV row;
-* aggregate: ``... GROUP BY <plain columns>`` with SUM/COUNT/AVG/MIN/MAX of plain columns - each group
-  can be merged with the delta. MIN/MAX cannot be "un-merged" on delete, hence
-  ``needs_recompute_on_delete``.
+* aggregate: ``... [GROUP BY <columns or expressions>]`` with SUM/COUNT/AVG/MIN/MAX of columns or
+  expressions of the row, and expressions over SUM/COUNT/AVG (``FORMULA``) - each group can be merged
+  with the delta. MIN/MAX cannot be "un-merged" on delete, hence ``needs_recompute_on_delete``.
 * either over ``FROM a JOIN b ON a.k = b.k [AND …] [JOIN c USING (k) …]`` (kinds ``join_projection``,
   ``join_aggregate``): distinct tables, inner joins whose conditions are column equalities. The job
   applies the delta rules of a join to each table's change rows (``workers.jobs.fast.join``).

@@ -22,7 +22,7 @@ from workers.ddl.fast_rules import (
     projection_item,
     table_of,
 )
-from workers.ddl.plan import FastRefreshPlan, JoinInput, JoinKey, JoinTable
+from workers.ddl.plan import FastRefreshPlan, JoinInput, JoinKey, JoinTable, computed_keys
 
 _ACTIONABLE = "only inner joins on column equalities (ON a.k = b.k [AND …], or USING (k)) are supported"
 
@@ -61,6 +61,7 @@ def join_plan(select: exp.Select, first: exp.Table) -> FastRefreshPlan:
         references = {column_name(c, qualifiers): c for c in select.find_all(exp.Column)}
         inputs = []
         arguments = {a.column: a.argument for a in plan.aggregates if a.column and a.argument}
+        arguments.update(computed_keys(plan.items))
         for name in dict.fromkeys([*plan.group_by, *(a.column for a in plan.aggregates if a.column)]):
             if name in arguments:  # an expression's value, computed by the inputs' query itself
                 inputs.append(JoinInput(name, arguments[name], "", name))
@@ -104,18 +105,26 @@ def _check_join_kind(join: exp.Join) -> bool:
 
 
 def _where_keys(where: exp.Where | None, tables: list[JoinTable]) -> list[JoinKey]:
-    """The equalities of columns of two tables among WHERE's top-level conjuncts (``a.k = b.k``)."""
-    if where is None:
-        return []
-    by_qualifier = {t.qualifier: t.table for t in tables}
+    """The equalities of columns of two tables among WHERE's top-level conjuncts (``a.k = b.k``), and
+    those every branch of a top-level OR has among its own (TPC-H Q19's ``(p_partkey = l_partkey AND
+    …) OR (p_partkey = l_partkey AND …)``): every row the WHERE passes satisfies them."""
+    return [] if where is None else _conjunct_keys(where.this, {t.qualifier: t.table for t in tables})
+
+
+def _conjunct_keys(condition: exp.Expr, by_qualifier: dict[str, str]) -> list[JoinKey]:
     keys: list[JoinKey] = []
-    for condition in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
-        condition = condition.unnest()
-        if not isinstance(condition, exp.EQ):
+    for term in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+        term = term.unnest()
+        if isinstance(term, exp.Or):
+            branches = [_conjunct_keys(b.unnest(), by_qualifier) for b in term.flatten()]
+            shared = set.intersection(*[{_sides(k) for k in found} for found in branches])
+            keys.extend(k for k in branches[0] if _sides(k) in shared)
+            continue
+        if not isinstance(term, exp.EQ):
             continue
         sides = [
             (by_qualifier[c.table.lower()], c.name.lower())
-            for c in (condition.this, condition.expression)
+            for c in (term.this, term.expression)
             if isinstance(c, exp.Column)
             and isinstance(c.this, exp.Identifier)
             and not c.args.get("db")
@@ -125,6 +134,11 @@ def _where_keys(where: exp.Where | None, tables: list[JoinTable]) -> list[JoinKe
             (left_table, left_column), (right_table, right_column) = sides
             keys.append(JoinKey(left_table, left_column, right_table, right_column))
     return keys
+
+
+def _sides(key: JoinKey) -> frozenset[tuple[str, str]]:
+    """A key's two columns, whichever way round it is written."""
+    return frozenset({(key.left_table, key.left_column), (key.right_table, key.right_column)})
 
 
 def _check_linked(

@@ -10,7 +10,15 @@ from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import start_of
-from workers.ddl.plan import AggregateItem, FastRefreshPlan, SelectItem, derived_column
+from workers.ddl.plan import (
+    FORMULA,
+    FORMULA_PART,
+    AggregateItem,
+    FastRefreshPlan,
+    SelectItem,
+    derived_column,
+    formula_part,
+)
 
 AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Sum: "SUM",
@@ -85,18 +93,24 @@ def aggregate_plan(
     """``qualifiers``: the names a join reads its tables by; columns are then named ``q.column``."""
     group = select.args.get("group")
     group_by: list[str] = []
+    computed: dict[str, str] = {}  # the SQL of each GROUP BY expression → the column it is computed into
     if group is not None:
         if any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup", "totals", "all")):
             raise NotEligible("GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported", group)
         for key in group.expressions:
             key_name = column_name(key, qualifiers)
             if key_name is None:
-                raise NotEligible(f"GROUP BY must list plain columns, found {key.sql(dialect=DIALECT)}", key)
+                key_name = _computed_key(select, key)
+                computed[key.sql(dialect=DIALECT)] = key_name
             group_by.append(key_name)
     items: list[SelectItem] = []
     aggregates: list[AggregateItem] = []
     for item in select.expressions:
         inner = item.unalias()
+        key_name = computed.get(inner.sql(dialect=DIALECT))
+        if key_name is not None and isinstance(item, exp.Alias):  # a GROUP BY expression's value
+            items.append(SelectItem(item.alias.lower(), inner.sql(dialect=DIALECT), key_name))
+            continue
         if isinstance(inner, exp.Column):
             if column_name(inner, qualifiers) not in group_by:
                 raise NotEligible(
@@ -106,9 +120,12 @@ def aggregate_plan(
                 )
             items.append(projection_item(item, qualifiers))
             continue
-        aggregate = aggregate_item(item, inner, qualifiers)
-        aggregates.append(aggregate)
-        items.append(SelectItem(aggregate.name, inner.sql(dialect=DIALECT), None))
+        if not isinstance(inner, exp.AggFunc) and inner.find(exp.AggFunc) is not None:
+            found = formula_items(item, inner, qualifiers)  # an expression over aggregates
+        else:
+            found = [aggregate_item(item, inner, qualifiers)]
+        aggregates.extend(found)
+        items.append(SelectItem(found[0].name, inner.sql(dialect=DIALECT), None))
     selected = {i.column for i in items if i.column is not None}
     for key_name in group_by:
         if key_name not in selected:
@@ -118,6 +135,27 @@ def aggregate_plan(
     check_unique(items)
     return FastRefreshPlan(
         "aggregate", base_table, tuple(group_by), tuple(items), tuple(aggregates), where_sql
+    )
+
+
+def _computed_key(select: exp.Select, key: exp.Expr) -> str:
+    """The column a GROUP BY expression (``year(o_orderdate)``) is computed into, as an aggregate's
+    argument is (``derived_column``), named by the select item that shows it (``… AS o_year``)."""
+    shown = key.sql(dialect=DIALECT)
+    if isinstance(key, exp.Rollup | exp.Cube | exp.GroupingSets):
+        raise NotEligible("GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported", key)
+    if isinstance(key, exp.Literal) or key.find(exp.Column) is None:
+        raise NotEligible(
+            f"GROUP BY must list columns or expressions of the row's columns, found {shown}", key
+        )
+    nested = next(iter(key.find_all(exp.AggFunc, exp.Window)), None)
+    if nested is not None:
+        raise NotEligible(f"GROUP BY {shown} holds an aggregate or window function", nested)
+    for item in select.expressions:
+        if isinstance(item, exp.Alias) and item.this.sql(dialect=DIALECT) == shown:
+            return derived_column(item.alias.lower())
+    raise NotEligible(
+        f"GROUP BY expression {shown} must also be selected, with an output name ({shown} AS <name>)", key
     )
 
 
@@ -136,6 +174,44 @@ def aggregate_item(item: exp.Expression, inner: exp.Expression, qualifiers: froz
     if argument is not None:  # the job computes the expression into a column of its own
         column = derived_column(name)
     return AggregateItem(function, column, name, function in ("MIN", "MAX"), argument)
+
+
+def formula_items(
+    item: exp.Expression, inner: exp.Expression, qualifiers: frozenset[str]
+) -> list[AggregateItem]:
+    """An expression over aggregates (``100.00 * SUM(a) / SUM(b) AS share``): the output's
+    ``FORMULA`` item (its expression over the parts' names), then each aggregate in it as a part the
+    MV does not show (``formula_part``), kept in the helper state and combined per changed group."""
+    if not isinstance(item, exp.Alias):
+        raise NotEligible(f"expression {inner.sql(dialect=DIALECT)} needs an output name (AS <name>)", inner)
+    name = item.alias.lower()
+    formula = inner.copy()
+    calls = [n for n in formula.find_all(exp.AggFunc) if n.find_ancestor(exp.AggFunc) is None]
+    parts: list[AggregateItem] = []
+    for number, node in enumerate(calls):
+        call = aggregate_call(node, qualifiers)
+        shown = node.sql(dialect=DIALECT)
+        if call is None or call[0] in ("MIN", "MAX"):
+            raise NotEligible(
+                f"{shown} in the expression {inner.sql(dialect=DIALECT)} is not supported; an expression "
+                "over aggregates may combine SUM, COUNT and AVG (of a column or expression) and constants",
+                node,
+            )
+        function, column, argument = call
+        part = formula_part(name, number)
+        parts.append(
+            AggregateItem(function, derived_column(part) if argument else column, part, False, argument)
+        )
+        node.replace(exp.column(part, quoted=True))
+    outside = next((c for c in formula.find_all(exp.Column) if not c.name.startswith(FORMULA_PART)), None)
+    if outside is not None:
+        raise NotEligible(
+            f"column {outside.sql(dialect=DIALECT)} outside the aggregates of {inner.sql(dialect=DIALECT)} "
+            "is not supported; an expression over aggregates may combine them with constants only",
+            outside,
+            unqualified=not outside.table,
+        )
+    return [AggregateItem(FORMULA, None, name, False, formula.sql(dialect=DIALECT)), *parts]
 
 
 def aggregate_call(inner: exp.Expr, qualifiers: frozenset[str]) -> tuple[str, str | None, str | None] | None:

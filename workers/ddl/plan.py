@@ -43,13 +43,27 @@ class SelectItem:
     column: str | None
 
 
+# An output that is an expression over aggregates (``100.00 * SUM(a) / SUM(b) AS share``) is an
+# AggregateItem of this function, its ``argument`` the expression over its parts' names; each aggregate
+# in it is an AggregateItem of its own, named ``formula_part`` (the MV does not show it). A worker that
+# does not know FORMULA recomputes such a group from the base (its rules' fallback): never wrong.
+FORMULA = "FORMULA"
+FORMULA_PART = "__mvs_part"
+
+
+def formula_part(output: str, number: int) -> str:
+    """The name of aggregate ``number`` (from 0) of the expression named ``output``."""
+    return f"{FORMULA_PART}{number}_{output}"
+
+
 @dataclass(frozen=True)
 class AggregateItem:
     """An aggregate output column; ``column`` is None for COUNT(*). An aggregate of an expression
     (``SUM(price * (1 - discount))``) has its SQL in ``argument``, and ``column`` names the column the
-    job derives from it (``derived_column``) beside the rows it aggregates."""
+    job derives from it (``derived_column``) beside the rows it aggregates. (``FORMULA``: an expression
+    over other aggregates.)"""
 
-    function: str  # SUM | COUNT | AVG | MIN | MAX
+    function: str  # SUM | COUNT | AVG | MIN | MAX | FORMULA
     column: str | None
     name: str
     needs_recompute_on_delete: bool
@@ -60,6 +74,12 @@ def derived_column(output: str) -> str:
     """The name of the column an aggregate's expression argument is computed into (the job's helper
     prefix: it never reaches the MV), by the aggregate's output name (unique in the query)."""
     return f"__mvs_arg_{output}"
+
+
+def computed_keys(items: tuple[SelectItem, ...]) -> dict[str, str]:
+    """The GROUP BY expressions among an aggregate's ``items`` (``year(d) AS y``): the column each is
+    computed into (``derived_column`` of its output name, in the plan's ``group_by``) → its SQL."""
+    return {i.column: i.sql for i in items if i.column is not None and i.column == derived_column(i.name)}
 
 
 @dataclass(frozen=True)

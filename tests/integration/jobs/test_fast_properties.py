@@ -21,11 +21,17 @@ groups cross the HAVING threshold both ways between refreshes (they enter and le
 aggregates that are not selected.
 
 Default (``ci`` profile, derandomized): per property the explicit example(s) plus a few generated
-ones (three over one table, one over a join, one with HAVING, one UNION ALL), ~3 min on a loaded 2-core
+ones (three over one table, one over a join, one with HAVING, one UNION ALL; none for computed keys
+and formulas, whose two explicit streams cover one table and a join), ~3 min on a loaded 2-core
 machine.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/jobs/test_fast_properties.py
+
+The same for GROUP BY expressions (``GROUP BY upper(k1)``) and expressions over aggregates in the
+select list (``100.00 * SUM(…) / NULLIF(SUM(d), 0)``, ``SUM(x) / 7.0``), over one table and a join,
+grouped or not: their parts kept in the helper state, a join aggregate's too (no group recomputed from
+the bases unless a MIN/MAX needs it).
 
 The same for UNION ALL of projections (``union_projection``) over one base or several, a base read by
 two branches (duplicates across branches), changes on some bases only.
@@ -40,7 +46,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.fast_checks import Scenario, multiset_difference
@@ -75,6 +81,9 @@ EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
 JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
 HAVING_EXAMPLES = CI_HAVING_EXAMPLES if PROFILE == "ci" else settings().max_examples
 UNION_EXAMPLES = CI_UNION_EXAMPLES if PROFILE == "ci" else settings().max_examples
+# Computed keys and formulas: in CI the two explicit examples only (each a real-Spark stream of three
+# MVs; a generated one would add a third), generated ones in every other profile.
+EXPRESSION_PHASES = [Phase.explicit] if PROFILE == "ci" else list(Phase)
 MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
 MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
 
@@ -87,6 +96,8 @@ def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 # What the run message of an incremental refresh of these kinds says of its plan.
 PLAN_WORDS = {
+    "aggregate": "linear over the base's change rows",
+    "join_aggregate": "linear over the join's change rows",
     "aggregate_having": "keyed merge of recomputed groups",
     "join_aggregate_having": "keyed merge of recomputed groups",
     "union_projection": "UNION ALL over",
@@ -426,6 +437,58 @@ UNION_SHAPE = Shape(
     )
 )
 def test_fast_refresh_of_a_union_all_equals_the_query_at_its_watermark(
+    spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
+) -> None:
+    shapes, stream = case
+    run_stream(spark, warehouse_settings, shapes, stream)
+
+
+# GROUP BY expressions and expressions over aggregates (issue 28, steps 2 and 3), over one table (the
+# EVERYTHING stream) and over a three-table join (JOINED): a formula whose denominator comes and goes
+# (NULLIF), a global formula over the join, a join aggregate without COUNT(*) (state tells a vanished
+# group) and one with AVG — each kept by its helper state, linear in the join's change rows.
+EXPRESSION_SHAPES = [
+    Shape(
+        "aggregate",
+        "SELECT coalesce(k1, 'none') AS ck, k2 % 2 AS kp, COUNT(*) AS n, SUM(v) AS s_v, "
+        "100.00 * SUM(CASE WHEN v > 2 THEN d ELSE 0 END) / NULLIF(SUM(d), 0) AS share "
+        "FROM {t} s WHERE s.v IS NOT NULL OR s.x > 0 GROUP BY coalesce(k1, 'none'), k2 % 2",
+    ),
+    Shape("aggregate", "SELECT SUM(x) / 7.0 AS per, AVG(v) * 2 + COUNT(d) AS mix FROM {t}"),
+    Shape("aggregate", "SELECT upper(k1) AS uk, SUM(v) AS s_v, AVG(x) AS a_x FROM {t} GROUP BY upper(k1)"),
+]
+_THREE = "FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2"
+JOIN_EXPRESSION_SHAPES = [
+    Shape(
+        "join_aggregate",
+        f"SELECT b.k2 % 2 AS kp, COUNT(*) AS n, SUM(a.v) AS s_v, AVG(b.v) AS a_bv, SUM(a.x) AS s_x {_THREE} "
+        "WHERE a.v IS NOT NULL GROUP BY b.k2 % 2",
+        3,
+    ),
+    Shape(
+        "join_aggregate",
+        "SELECT upper(a.k1) AS uk, "
+        "100.00 * SUM(CASE WHEN c.k2 = 1 THEN a.d ELSE 0 END) / NULLIF(SUM(a.d), 0) AS share, "
+        f"SUM(b.v) AS s_bv {_THREE} GROUP BY upper(a.k1)",
+        3,
+    ),
+    Shape("join_aggregate", f"SELECT SUM(a.v * c.v) / 7.0 AS per, COUNT(*) AS n {_THREE}", 3),
+]
+EXPRESSION_CASES = {1: EXPRESSION_SHAPES, 3: JOIN_EXPRESSION_SHAPES}
+
+
+@settings(
+    phases=EXPRESSION_PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@example(case=(EXPRESSION_SHAPES, EVERYTHING))
+@example(case=(JOIN_EXPRESSION_SHAPES, JOINED))
+@given(
+    case=st.sampled_from(sorted(EXPRESSION_CASES)).flatmap(
+        lambda bases: st.tuples(st.just(EXPRESSION_CASES[bases]), streams(MAX_JOIN_ROUNDS, bases))
+    )
+)
+def test_fast_refresh_of_computed_keys_and_formulas_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
 ) -> None:
     shapes, stream = case

@@ -25,6 +25,7 @@ from workers.jobs.fast import refresh as incremental
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import Scope
+from workers.jobs.fast.inputs import base_input
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +208,7 @@ def test_a_crash_between_the_state_and_the_mv_commit_rebuilds_the_state(
             plan,
             mvlog.read_changes(session, s, "sales", since, until),
             session.read.format("delta").load(warehouse.table_path(s, "mv_s")),
-            refresh.read_at(session, s, "sales", until),
+            base_input(scope, QUERY, plan, refresh.read_at(session, s, "sales", until)),
             store,
         )
         assert change.state is not None

@@ -26,7 +26,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.ddl.plan import FastRefreshPlan
-from workers.jobs.fast.aggregate.merge import GroupRecompute
+from workers.jobs.fast.aggregate.deltas import with_computed_columns
+from workers.jobs.fast.aggregate.inputs import GroupRecompute
 from workers.jobs.fast.apply import (
     ALL_ROWS,
     OP,
@@ -38,7 +39,8 @@ from workers.jobs.fast.apply import (
     keyed_upsert,
     null_safe,
 )
-from workers.jobs.fast.join import Ranges, joined_inputs, narrowed
+from workers.jobs.fast.inputs import base_input
+from workers.jobs.fast.join import Ranges, joined_inputs
 from workers.jobs.request import RunRequest
 from workers.jobs.spark.columns import col, q
 
@@ -50,16 +52,8 @@ def having_change(
 ) -> Change:
     """One table: the groups the MV log's rows (``changes``, any ``_change_type``) reach, recomputed
     from ``base_at_v`` (the base at the pinned version)."""
-    keys = group_columns(plan, mv.schema)
-
-    def groups_at_v(wanted: DataFrame | None) -> DataFrame:
-        subset = base_at_v
-        if wanted is not None:
-            for key, m in zip(plan.group_by, keys, strict=True):  # each key narrows; whole groups stay
-                subset = narrowed(subset, key, wanted, m, nulls=True)
-        return scope.run_query(query, plan.base_table, subset)
-
-    return reached_groups_change(scope, plan, changes, mv, groups_at_v)
+    at_v = base_input(scope, query, plan, base_at_v)
+    return reached_groups_change(scope, plan, changes, mv, at_v.groups)
 
 
 def join_having_change(
@@ -69,7 +63,7 @@ def join_having_change(
     versions; and whether every base's change rows came from another MV's read."""
     joined = joined_inputs(scope, request, plan, ranges)
     return reached_groups_change(
-        scope, joined.plan, joined.rows, joined.mv, joined.groups_at_v
+        scope, joined.plan, joined.rows, joined.mv, joined.at_v.groups
     ), joined.shared
 
 
@@ -79,6 +73,7 @@ def reached_groups_change(
     """Recompute every group a change row passing ``plan.where`` reaches (``changes``: rows holding the
     plan's GROUP BY columns by name, any ``_change_type``) with ``groups_at_v``; one keyed MERGE."""
     keys = group_columns(plan, mv.schema)
+    changes = with_computed_columns(scope, plan, changes)  # GROUP BY expressions, before the alias
     if plan.where:  # the user's WHERE text, checked like the query; rows aliased by the query's name
         scope.check_expression(plan.where)
         changes = changes.alias(plan.qualifier or plan.base_table)

@@ -38,7 +38,7 @@ from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta.key_filter import narrowed_by_values
 from workers.jobs.fast import append as incremental_append
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.merge import GroupRecompute, aggregate_merge
+from workers.jobs.fast.aggregate.inputs import InputAtV
 from workers.jobs.request import RunRequest
 from workers.jobs.spark.columns import col, q
 
@@ -110,15 +110,9 @@ def _term_tables(
 def join_change(
     scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
 ) -> tuple[apply.Change, bool]:
-    """What the run commits for a join projection or aggregate, by the cheapest exact way
-    (``apply.Change``), and whether every base's change rows came from another MV's read
-    (``workers.jobs.changes.reads``)."""
-    if plan.kind == "join_aggregate":
-        joined = joined_inputs(scope, request, plan, ranges)
-        change = aggregate_merge(
-            scope, request.query, joined.plan, joined.rows, joined.mv, None, groups_at_v=joined.groups_at_v
-        )
-        return change, joined.shared
+    """What the run commits for a join projection, by the cheapest exact way (``apply.Change``), and
+    whether every base's change rows came from another MV's read (``workers.jobs.changes.reads``).
+    (A join aggregate's rows are ``joined_inputs``.)"""
     session, settings = scope.session, scope.settings
     bases = _bases(scope, plan, ranges)
     changed = list(bases.deltas)
@@ -156,12 +150,13 @@ def _terms(bases: _Bases, change_types: tuple[str, ...], rows: Callable[[Tables]
 class JoinedInputs:
     """A join aggregate's change as rows of the join: ``rows`` holds the columns its keys and
     aggregates read (named like ``plan.inputs``), signed by ``_change_type``, the WHERE applied (so
-    ``plan`` has none); ``groups_at_v`` recomputes groups over the bases at their new versions; ``mv``
-    is the snapshot MERGE will use; ``shared``: every base's change rows came from another MV's read."""
+    ``plan`` has none); ``at_v`` is the join at the bases' new versions (the inputs' query over all of
+    them, and its groups recomputed by the MV query: ``InputAtV``); ``mv`` is the snapshot MERGE will
+    use; ``shared``: every base's change rows came from another MV's read."""
 
     plan: FastRefreshPlan
     rows: DataFrame
-    groups_at_v: GroupRecompute
+    at_v: InputAtV
     mv: DataFrame
     shared: bool
 
@@ -169,8 +164,8 @@ class JoinedInputs:
 def joined_inputs(
     scope: apply.Scope, request: RunRequest, plan: FastRefreshPlan, ranges: Ranges
 ) -> JoinedInputs:
-    """The joined change rows of a join aggregate (any ``join_aggregate*`` plan) and how to recompute
-    its groups."""
+    """The joined change rows of a join aggregate (any ``join_aggregate*`` plan) and its input at the
+    bases' new versions."""
     session, settings = scope.session, scope.settings
     bases = _bases(scope, plan, ranges)
     mv = scope.mv_frame()
@@ -189,22 +184,23 @@ def joined_inputs(
     joined = _terms(bases, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
         _terms(bases, apply.DELETE_TYPES, signed_inputs("delete"))
     )
-    # The MV key column of each GROUP BY input (the planner names keys by their input).
-    keys = dict(zip(plan.group_by, apply.group_columns(plan, mv.schema), strict=True))
     inputs = {i.name: i for i in plan.inputs}
 
     def groups_at_v(wanted: DataFrame | None) -> DataFrame:
         tables = dict(new)
-        for name in plan.group_by:
-            found = inputs[name]
-            if wanted is not None and found.table:  # a qualified key: its base narrowed (NULL too)
-                tables[found.table] = narrowed(
-                    tables[found.table], found.column, wanted, keys[name], nulls=True
-                )
+        if wanted is not None:
+            for name, key in zip(plan.group_by, wanted.columns, strict=True):
+                found = inputs[name]
+                if found.table:  # a qualified key: its base narrowed (NULL too)
+                    tables[found.table] = narrowed(tables[found.table], found.column, wanted, key, nulls=True)
         return run_query(session, settings, request.query, tables, mv_name=request.mv_name)
 
+    def rows_at_v() -> DataFrame:
+        return run_query(session, settings, inputs_sql, dict(new), mv_name=request.mv_name)
+
     flat = replace(plan, where=None)  # the WHERE was applied by the inputs' query
-    return JoinedInputs(flat, joined, groups_at_v, mv, bases.shared)
+    at_v = InputAtV(rows_at_v, groups_at_v, "the join's change rows", "the bases")
+    return JoinedInputs(flat, joined, at_v, mv, bases.shared)
 
 
 def narrowed(

@@ -20,6 +20,7 @@ from workers.jobs.fast import append, apply, having, join, union
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import COMPUTE_STEP, INSERT_TYPES, Change, Scope
+from workers.jobs.fast.inputs import base_input
 from workers.jobs.request import RunRequest
 
 
@@ -74,7 +75,8 @@ def _aggregate(scope: Scope, run: Run) -> tuple[Change, bool]:
     read, base, plan = _base_changes(scope, run), run.plan.base_table, run.plan
     mv = scope.mv_frame()
     scope.step(COMPUTE_STEP)
-    at_v = read_at(scope.session, run.settings, base, run.ranges[base][1])
+    base_at_v = read_at(scope.session, run.settings, base, run.ranges[base][1])
+    at_v = base_input(scope, run.request.query, plan, base_at_v)
     store = run.state_store(scope)
     change = aggregate_merge(
         scope, run.request.query, plan, read.frame, mv, at_v, store, change_rows=read.rows
@@ -96,6 +98,16 @@ def _join(scope: Scope, run: Run) -> tuple[Change, bool]:
     return join.join_change(scope, run.request, run.plan, run.ranges)
 
 
+def _join_aggregate(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """The aggregate's merge of the join's change rows (its delta rules), linear in them: helper
+    state kept as for one base, rebuilt from the join at the bases' new versions when untrusted."""
+    joined = join.joined_inputs(scope, run.request, run.plan, run.ranges)
+    store = run.state_store(scope)
+    plan, query = joined.plan, run.request.query
+    change = aggregate_merge(scope, query, plan, joined.rows, joined.mv, joined.at_v, store)
+    return change, joined.shared
+
+
 def _join_aggregate_having(scope: Scope, run: Run) -> tuple[Change, bool]:
     return having.join_having_change(scope, run.request, run.plan, run.ranges)
 
@@ -110,7 +122,7 @@ KINDS: Mapping[FastKind, Rule] = {
     "aggregate": Rule(_aggregate, matches_rows=False),
     "aggregate_having": Rule(_aggregate_having, matches_rows=False),
     "join_projection": Rule(_join, matches_rows=True),
-    "join_aggregate": Rule(_join, matches_rows=False),
+    "join_aggregate": Rule(_join_aggregate, matches_rows=False),
     "join_aggregate_having": Rule(_join_aggregate_having, matches_rows=False),
     "union_projection": Rule(_union, matches_rows=True),
 }

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, StructType
 
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
+from workers.ddl.plan import computed_keys
 from workers.jobs.delta.write import MergeSpec
 from workers.jobs.fast.aggregate import values as values_of
 from workers.jobs.fast.apply import (
@@ -57,19 +58,27 @@ class Tracked:
         return f"{_P}{what}{self.index}"
 
 
-def with_arguments(scope: Scope, plan: FastRefreshPlan, rows: DataFrame) -> DataFrame:
-    """``rows`` with the column each aggregate of an expression reads (``AggregateItem.argument``),
-    computed from the row as the query computes it (the guard checks the expression first, like the
-    WHERE); a join's rows have them already, from its inputs' query."""
-    for a in plan.aggregates:
-        if a.argument is not None and a.column is not None and a.column not in rows.columns:
-            scope.check_expression(a.argument)
-            rows = rows.withColumn(a.column, F.expr(a.argument))
+def with_computed_columns(scope: Scope, plan: FastRefreshPlan, rows: DataFrame) -> DataFrame:
+    """``rows`` with the column each GROUP BY expression (``computed_keys``) and each aggregate of an
+    expression (``AggregateItem.argument``) is computed into, from the row as the query computes it
+    (the guard checks the expression first, like the WHERE); a join's rows have them already, from
+    its inputs' query."""
+    computed = [*computed_keys(plan.items).items()]
+    computed += [(a.column, a.argument) for a in plan.aggregates if a.argument is not None and a.column]
+    for column, sql in computed:
+        if column not in rows.columns:
+            scope.check_expression(sql)
+            rows = rows.withColumn(column, F.expr(sql))
     return rows
 
 
-def layout_of(plan: FastRefreshPlan, mv_schema: StructType) -> tuple[list[tuple[str, str]], list[Agg]]:
-    """(base key column, MV column) for every selected key column, and the aggregates, by position."""
+def layout_of(
+    plan: FastRefreshPlan, mv_schema: StructType, rows: DataFrame
+) -> tuple[list[tuple[str, str]], list[Agg]]:
+    """(base key column, MV column) for every selected key column, and the aggregates, by position;
+    then the parts of expressions over aggregates (``FORMULA``), which the MV does not show: named by
+    their item, typed as Spark types their aggregate over ``rows`` (the input's signed rows, with
+    their computed columns; analysed only, no job)."""
     keys: list[tuple[str, str]] = []
     aggs: list[Agg] = []
     by_name = {a.name: a for a in plan.aggregates}
@@ -78,6 +87,12 @@ def layout_of(plan: FastRefreshPlan, mv_schema: StructType) -> tuple[list[tuple[
             aggs.append(Agg(by_name[item.name], field_.name, field_.dataType, index))
         else:
             keys.append((item.column, field_.name))
+    shown = {item.name for item in plan.items}
+    parts = [a for a in plan.aggregates if a.name not in shown]
+    if parts:
+        calls = [F.expr(f"{a.function}({q(a.column) if a.column else '*'})").alias(a.name) for a in parts]
+        types = {f.name: f.dataType for f in rows.select(*calls).schema.fields}
+        aggs += [Agg(a, a.name, types[a.name], len(plan.items) + i) for i, a in enumerate(parts)]
     return keys, aggs
 
 

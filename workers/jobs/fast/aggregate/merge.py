@@ -25,7 +25,6 @@ cannot derive after all, the MV rows of the changed groups are read first (two s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -33,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from workers.ddl.fast import FastRefreshPlan
+from workers.ddl.plan import FORMULA, FORMULA_PART
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
 from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.deltas import (
@@ -44,8 +44,9 @@ from workers.jobs.fast.aggregate.deltas import (
     state_columns,
     state_write,
     tracked_columns,
-    with_arguments,
+    with_computed_columns,
 )
+from workers.jobs.fast.aggregate.inputs import InputAtV
 from workers.jobs.fast.aggregate.rules import Inputs, exact_type, one_pass_merge, rules
 from workers.jobs.fast.aggregate.state import StateStore, layout_id
 from workers.jobs.fast.apply import (
@@ -65,11 +66,7 @@ from workers.jobs.fast.apply import (
 from workers.jobs.spark import held
 from workers.jobs.spark.columns import col, q
 
-__all__ = ["GroupRecompute", "aggregate_merge", "needs_state"]
-
-# The MV query's rows of the groups a frame of MV key values lists (a superset is fine), or of all groups
-# for None: how a join (``workers.jobs.fast.join``) recomputes groups (it has no ``base_at_v``).
-GroupRecompute = Callable[[DataFrame | None], DataFrame]
+__all__ = ["aggregate_merge", "needs_state"]
 
 
 def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
@@ -77,7 +74,7 @@ def needs_state(plan: FastRefreshPlan, aggs: list[Agg]) -> bool:
     if plan.group_by and not any(a.item.function == "COUNT" and a.item.column is None for a in aggs):
         return True  # nothing visible says a group vanished
     for a in aggs:
-        if a.item.function == "AVG":
+        if a.item.function in ("AVG", FORMULA):  # a formula's parts live in the state alone
             return True
         if a.item.function == "SUM" and not exact_type(a.dtype):
             return True
@@ -90,9 +87,8 @@ def aggregate_merge(
     plan: FastRefreshPlan,
     changes: DataFrame,
     mv: DataFrame,
-    base_at_v: DataFrame | None,
+    at_v: InputAtV,
     state: StateStore | None = None,
-    groups_at_v: GroupRecompute | None = None,
     *,
     change_rows: int | None = None,
 ) -> Change:
@@ -100,10 +96,15 @@ def aggregate_merge(
     keyed by the GROUP BY columns that touches only those groups: it derives their new rows itself
     when no value can need the base or the state (one pass), else they are derived from the MV rows
     of those groups, read first (two steps; also the fallback of a one-pass MERGE that fails).
-    ``base_at_v`` is the input at the pinned version (read only for groups to recompute, or to rebuild
-    the state); ``state`` the MV's helper state (None: none kept, values come from the MV alone).
-    A join has no one input at v: it passes ``groups_at_v`` instead (and keeps no state)."""
-    keys, aggs = layout_of(plan, mv.schema)
+    ``changes`` are signed rows of the aggregate's input, whatever produced them (one base's MV log, a
+    join's delta rules, an operator tree); ``at_v`` is that input at the pinned version(s), the one
+    seam (``workers.jobs.fast.aggregate.inputs``): read only for groups to recompute, or to rebuild
+    the state. ``state`` is the MV's helper state (None: none kept, values come from the MV alone)."""
+    changes = with_computed_columns(scope, plan, changes)  # before the WHERE's alias, which drops new columns
+    keys, aggs = layout_of(plan, mv.schema, changes)
+    formulas = {a.mv_col: a for a in aggs if a.item.function == FORMULA}
+    ruled_aggs = [a for a in aggs if a.item.function != FORMULA]  # a formula is computed from its parts
+    assert state is not None or not formulas, "a formula's parts are kept in the helper state"
     join_keys: list[tuple[str, str]] = []  # one MV column per group key (a key may be selected twice)
     for key in plan.group_by:
         join_keys.append(next((b, m) for b, m in keys if b == key))
@@ -114,7 +115,6 @@ def aggregate_merge(
     # Change rows the WHERE drops still count as change rows (the run reports them) but touch nothing.
     # The user's own WHERE text, as Spark reads it (checked by the guard like the whole query); the
     # change rows are aliased by the name the query reads the table by, so qualified columns resolve.
-    changes = with_arguments(scope, plan, changes)  # before the alias, which a new column would drop
     if plan.where:
         scope.check_expression(plan.where)
         changes = changes.alias(plan.qualifier or plan.base_table)
@@ -164,15 +164,15 @@ def aggregate_merge(
                 new = state_columns(tracked, "st", "d")
                 note = f", state kept in {state.table}"
             else:  # rebuilt at the pinned version: the changed groups' new state is read from it
-                assert base_at_v is not None, "state is kept for one-base MVs only"
-                rebuilt = rebuilt_state(scope, plan, tracked, with_arguments(scope, plan, base_at_v), keyed)
-                at_v = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
-                joined = joined.join(at_v, null_safe("d", "st", skeys), "left")
+                input_rows = with_computed_columns(scope, plan, at_v.rows())
+                rebuilt = rebuilt_state(scope, plan, tracked, input_rows, keyed)
+                rebuilt_rows = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
+                joined = joined.join(rebuilt_rows, null_safe("d", "st", skeys), "left")
                 new = state_columns(tracked, "st", None)
                 write = StateWrite(rebuilt, layout)
-                note = f", state rebuilt from the base in {state.table}"
+                note = f", state rebuilt from {at_v.source} in {state.table}"
 
-        given = Inputs(grouped, aggs, by_column, counts, count_star, new if use_state else None, joined)
+        given = Inputs(grouped, ruled_aggs, by_column, counts, count_star, new if use_state else None, joined)
         present = F.coalesce(F.col(f"m.{PRESENT}"), F.lit(False))
         ruled = rules(given, lambda a: col("m", a.mv_col), present, "d")
         values, recompute = ruled.values, ruled.recompute
@@ -183,19 +183,26 @@ def aggregate_merge(
 
         key_values = {m: d(f"{_P}k{plan.group_by.index(b)}") for b, m in keys}
         outputs = [
-            (key_values[f.name] if f.name in key_values else values[f.name].cast(f.dataType)).alias(f.name)
+            (
+                key_values[f.name]
+                if f.name in key_values
+                else F.lit(None)  # a formula: computed from its parts below
+                if f.name in formulas
+                else values[f.name].cast(f.dataType)
+            ).alias(f.name)
             for f in mv.schema.fields
         ]
+        parts = [values[a.mv_col].cast(a.dtype).alias(a.mv_col) for a in aggs if a.index >= len(plan.items)]
         decision = recompute.alias(RECOMPUTE)
         row_counts = [d(ROWS).alias(ROWS), d(ALL_ROWS).alias(ALL_ROWS)]
         state_keys = [d(k).alias(k) for k, _ in dkeys] if use_state else []
         state_values = [c.alias(f"{_P}new_{name}") for name, c in new.items()]
         # The MV rows of the changed groups, read once (a scan of the MV, no shuffle of it; the narrowed
         # sides are joined to the delta in the same job, no broadcast job each).
-        decided = scope.in_memory(
-            joined.select(*outputs, action.alias(OP), decision, *row_counts, *state_keys, *state_values),
-            shuffled_joins=True,
+        found = joined.select(
+            *outputs, *parts, action.alias(OP), decision, *row_counts, *state_keys, *state_values
         )
+        decided = scope.in_memory(_with_formulas(found, formulas, aggs), shuffled_joins=True)
         change_rows, total_groups, recomputed = _counts(decided)
         decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
         if state is not None and use_state and write is None:
@@ -203,10 +210,13 @@ def aggregate_merge(
         decided = decided.drop(*[k for k, _ in dkeys if use_state], *[f"{_P}new_{n}" for n in new])
         source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
         if recomputed:  # the base at v, restricted to those groups, read once
-            fresh = _recomputed(scope, query, plan, join_keys, decided, base_at_v, mv.schema, groups_at_v)
+            fresh = _recomputed(join_keys, decided, at_v, mv.schema)
             source = scope.in_memory(source.unionByName(fresh))
         merge = keyed_upsert(source, [m for _, m in join_keys], mv.schema, listed)
-        summary = f"{total_groups} groups changed, {recomputed} recomputed from the base{note}"
+        summary = (
+            f"linear over {at_v.changes}: {total_groups} groups changed, "
+            f"{recomputed} recomputed from {at_v.source}{note}"
+        )
         if retried:
             summary += " (the one-pass MERGE met a group to recompute)"
         return Change("keyed merge", change_rows, summary, merge=merge, state=write)
@@ -225,11 +235,24 @@ def aggregate_merge(
     )
     if extremes_removed:
         return two_step()
-    given = Inputs(grouped, aggs, by_column, counts, count_star, None, delta)
+    given = Inputs(grouped, ruled_aggs, by_column, counts, count_star, None, delta)
     key_values = {m: f"{_P}k{plan.group_by.index(b)}" for b, m in keys}
     merge = one_pass_merge(given, delta.where(reached), dkeys, key_values, mv.schema, listed)
-    summary = f"{total_groups} groups changed in one pass, 0 recomputed from the base"
+    summary = (
+        f"linear over {at_v.changes}: {total_groups} groups changed in one pass, "
+        f"0 recomputed from {at_v.source}"
+    )
     return Change("keyed merge", change_rows, summary, merge=merge, fallback=lambda: two_step(retried=True))
+
+
+def _with_formulas(rows: DataFrame, formulas: dict[str, Agg], aggs: list[Agg]) -> DataFrame:
+    """``rows`` with each expression over aggregates (``FORMULA``) computed from its parts' new values
+    (columns named by the parts), as the query computes it (same operand types, so the same result
+    type and rounding), the parts then dropped."""
+    if not formulas:
+        return rows
+    computed = {name: F.expr(a.item.argument or "NULL").cast(a.dtype) for name, a in formulas.items()}
+    return rows.withColumns(computed).drop(*[a.mv_col for a in aggs if a.mv_col.startswith(FORMULA_PART)])
 
 
 def _touched(
@@ -265,29 +288,14 @@ def _counts(decided: DataFrame) -> tuple[int, int, int]:
 
 
 def _recomputed(
-    scope: Scope,
-    query: str,
-    plan: FastRefreshPlan,
-    join_keys: list[tuple[str, str]],
-    decided: DataFrame,
-    base_at_v: DataFrame | None,
-    mv_schema: StructType,
-    groups_at_v: GroupRecompute | None,
+    join_keys: list[tuple[str, str]], decided: DataFrame, at_v: InputAtV, mv_schema: StructType
 ) -> DataFrame:
-    """The MV query over the base at v, restricted to the groups to recompute; groups it no longer
+    """The MV query over the input at v, restricted to the groups to recompute; groups it no longer
     yields become "delete" rows."""
+    if not join_keys:  # a global aggregate: its single row, over the whole input
+        return at_v.groups(None).withColumn(OP, F.lit("upsert"))
     wanted = decided.where(F.col(RECOMPUTE)).select(*[F.col(q(m)) for _, m in join_keys])
-    if groups_at_v is not None:  # a join's groups, not one base's (workers.jobs.fast.join)
-        if not join_keys:
-            return groups_at_v(None).withColumn(OP, F.lit("upsert"))
-        fresh = groups_at_v(wanted).withColumn(PRESENT, F.lit(True))
-    else:
-        assert base_at_v is not None, "one base: its input at v"
-        if not join_keys:  # a global aggregate: its single row, over the whole base
-            return scope.run_query(query, plan.base_table, base_at_v).withColumn(OP, F.lit("upsert"))
-        wanted_keys = F.broadcast(wanted).alias("w")
-        subset = base_at_v.alias("b").join(wanted_keys, null_safe("b", "w", join_keys), "left_semi")
-        fresh = scope.run_query(query, plan.base_table, subset).withColumn(PRESENT, F.lit(True))
+    fresh = at_v.groups(wanted).withColumn(PRESENT, F.lit(True))
     pairs = [(m, m) for _, m in join_keys]
     keyset = {m for _, m in join_keys}
     joined = wanted.alias("w").join(fresh.alias("r"), null_safe("w", "r", pairs), "left")
