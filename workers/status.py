@@ -17,6 +17,19 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+# A run record's message when the task waits for its inputs (``workers.worker.upstreams``).
+WAITING = "waiting for "
+
+
+def _problem(task: Record) -> str:
+    """The ERROR column: the task's error, else what it waits for (an MV over an MV not built yet)."""
+    error = task.get("error")
+    if error:
+        return f"{error['code']}: {error['message']}"
+    message = (task.get("last_run") or {}).get("message") or ""
+    return message if message.startswith(WAITING) else "-"
+
+
 def _ago(ms: int | None, now_ms: int) -> str:
     if not ms:
         return "-"
@@ -70,7 +83,6 @@ def status_table(
     for task_id in sorted(tasks):
         task = tasks[task_id]
         run = task.get("last_run") or {}
-        error = task.get("error")
         rows.append(
             [
                 task_id,
@@ -83,7 +95,7 @@ def status_table(
                 _table_versions(task["checkpoint"]),
                 lag_versions(task, latest_version),
                 _until(task.get("next_run_at"), now_ms),
-                f"{error['code']}: {error['message']}" if error else "-",
+                _problem(task),
             ]
         )
     headers = [

@@ -47,6 +47,7 @@ from workers.client import StatusSnapshot
 from workers.config import Settings
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import one_broker_settings
+from workers.jobs.complete import read_watermark
 from workers.kafka.admin import group_owners
 from workers.kafka.typed import TypedProducer, read_to_end
 from workers.status import members_table, status_table
@@ -214,6 +215,93 @@ def test_lifecycle_preconditions_through_the_users_path(
     wait_until(lambda: h.task("mv:broken") is None, timeout_s=60, what="broken's drop finished")
     for name in ("life", "probe", "shaky"):
         h.ok(f"DROP MATERIALIZED VIEW {name}")
+
+
+# -- pipelines of MVs (issue 29) -------------------------------------------------------------------
+PIPE_A = "SELECT id, region, amount FROM pipe WHERE amount > 12"
+PIPE_B = "SELECT region, sum(amount) AS total, count(*) AS n FROM pipe_a GROUP BY region"
+PIPE_B_OVER_BASE = (
+    "SELECT region, sum(amount) AS total, count(*) AS n FROM "
+    "(SELECT id, region, amount FROM pipe WHERE amount > 12) GROUP BY region"
+)
+
+
+def _rows_at(h: Harness, query: str, at: dict[str, int]) -> list[tuple[Any, ...]]:
+    """``query`` over its tables as of the versions ``at`` (temp views of a session of its own)."""
+    session = h.spark.newSession()
+    for table, version in at.items():
+        path = f"{h.settings.warehouse}/{table}"
+        session.read.format("delta").option("versionAsOf", version).load(path).createOrReplaceTempView(table)
+    return sorted(tuple(r) for r in session.sql(query).collect())
+
+
+def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harness) -> None:
+    create_table(h.spark, h.settings, "pipe", order_rows(0, 12), ORDERS_SCHEMA)
+    mark = h.mark()
+    # One script, nothing waited for between statements: pipe_b reads pipe_a before pipe_a is built,
+    # and the MV log on pipe_a is created before its table exists.
+    for statement in (
+        "CREATE MATERIALIZED VIEW LOG ON pipe",
+        f"CREATE MATERIALIZED VIEW pipe_a REFRESH FAST ON CHANGE AS {PIPE_A}",
+        "CREATE MATERIALIZED VIEW LOG ON pipe_a",
+        f"CREATE MATERIALIZED VIEW pipe_b REFRESH FAST ON CHANGE AS {PIPE_B}",
+    ):
+        h.ok(statement)
+    built = h.wait_run("mv:pipe_a", states={"COMPLETED"})
+    # Until then pipe_b only waited (said why), and never failed.
+    h.wait_run("mvlog:pipe_a", states={"COMPLETED"})  # the log captures: pipe_a's change data feed is on
+    wait_until(
+        lambda: caught_up(h, "mv:pipe_a", "pipe") and caught_up(h, "mv:pipe_b", "pipe_a"),
+        what="the pipeline built",
+    )
+    runs_b = h.runs_of("mv:pipe_b", mark)
+    assert not [r for r in runs_b if r["state"] == "ERROR"], runs_b
+    before_a = [r for r in runs_b if r["ended_at"] is not None and r["ended_at"] < built["started_at"]]
+    assert all(r["message"] == "waiting for pipe_a's first refresh" for r in before_a), before_a
+    assert mv_rows(h, "pipe_b") == query_rows(h, PIPE_B, "pipe_a")
+    step("pipeline built")
+
+    # A base change flows along the chain, FAST at each edge (pipe_a's MERGE yields change rows).
+    changed = h.mark()
+    path = f"{h.settings.warehouse}/pipe"
+    append(h.spark, h.settings, "pipe", order_rows(100, 4))
+    h.spark.sql(f"UPDATE delta.`{path}` SET amount = amount + 5 WHERE id % 4 = 0")
+    h.spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 1")
+    wait_until(
+        lambda: caught_up(h, "mv:pipe_a", "pipe") and caught_up(h, "mv:pipe_b", "pipe_a"),
+        what="the pipeline caught up",
+    )
+    b = h.task("mv:pipe_b")
+    assert b is not None
+    last_b = [r for r in h.runs_of("mv:pipe_b", changed) if r["state"] == "COMPLETED"][-1]
+    assert last_b["message"].startswith("incremental:"), last_b
+    assert f"; reflects pipe@v{latest_version(h.settings, 'pipe')}" in last_b["message"], last_b
+    assert [r for r in h.runs_of("mv:pipe_a", changed) if r["state"] == "COMPLETED"][-1][
+        "message"
+    ].startswith("incremental:")
+    # pipe_b at its watermark equals its query over pipe_a, and (through pipe_a's commit metadata at
+    # that version) the composed query over the base: one consistent cut.
+    cut = read_watermark(None, h.settings, "pipe_a", at=b["checkpoint"]["pipe_a"])
+    assert cut is not None and set(cut.watermark) == {"pipe"}
+    assert mv_rows(h, "pipe_b") == _rows_at(h, PIPE_B, dict(b["checkpoint"]))
+    assert mv_rows(h, "pipe_b") == _rows_at(h, PIPE_B_OVER_BASE, dict(cut.watermark))
+    step("pipeline refreshed FAST")
+
+    # pipe_a is read: its DROP is refused, naming the reader; CASCADE drops the chain and its logs.
+    refused = h.sql("DROP MATERIALIZED VIEW pipe_a")
+    assert refused["error"]["code"] == 1001
+    assert refused["error"]["message"] == (
+        "pipe_a is read by pipe_b; drop them first or use DROP MATERIALIZED VIEW pipe_a CASCADE"
+    )
+    assert h.task("mv:pipe_a")["state"] == "NORMAL"  # type: ignore[index]
+    h.ok("DROP MATERIALIZED VIEW pipe_a CASCADE")
+    wait_until(
+        lambda: all(h.task(t) is None for t in ("mv:pipe_a", "mv:pipe_b", "mvlog:pipe_a")),
+        timeout_s=60,
+        what="the chain dropped",
+    )
+    assert not any(table_exists(h.settings, t) for t in ("pipe_a", "pipe_b", "pipe_a__mlog"))
+    h.ok("DROP MATERIALIZED VIEW LOG ON pipe")
 
 
 # -- two owners racing -----------------------------------------------------------------------------

@@ -49,8 +49,7 @@ def test_runs_use_the_plan_from_the_record_and_never_parse(
     }
     assert tasks["fast"]["mv"]["plan"]["fast_refresh"]["kind"] == "aggregate"
     assert "window functions" in tasks["ranked"]["mv"]["plan"]["fast_reason"]
-    runner = SparkRunner(s)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(s, lambda _: spark)  # the session the tests share
     seen: list[str] = []
 
     def refuse(self: Any, raw_tokens: Any, sql: str | None = None) -> Any:

@@ -132,6 +132,9 @@ def test_the_page_shows_the_fleet_and_follows_a_refresh_without_reload(
         page.locator('#mvs tr[data-task-id="mv:by_region"][data-freshness="late"]').wait_for(
             timeout=PAGE_WAIT_MS
         )
+        # the edge it reads says how far behind: one version of sales
+        behind = '#graph [data-edge="sales->by_region"][data-behind="1"]'
+        page.locator(behind).wait_for(state="attached", timeout=PAGE_WAIT_MS)  # a line: no height
         # ... until a refresh through the client: its run, and top_regions' run after it, appear
         assert cluster.sql("REFRESH MATERIALIZED VIEW by_region")["accepted"]
         new_run = (
@@ -149,6 +152,9 @@ def test_the_page_shows_the_fleet_and_follows_a_refresh_without_reload(
                 f'#mvs tr[data-task-id="mv:{task}"][data-freshness="fresh"]'
                 '[data-lag-versions="0"][data-last-run="COMPLETED"]'
             ).wait_for(timeout=PAGE_WAIT_MS)
+        for edge in ("sales->by_region", "by_region->top_regions"):
+            current = f'#graph [data-edge="{edge}"][data-behind="0"]'
+            page.locator(current).wait_for(state="attached", timeout=PAGE_WAIT_MS)
         manual = page.locator('#runs tr[data-task-id="mv:by_region"]').first
         assert "MANUAL" in manual.inner_text() and "COMPLETED" in manual.inner_text()
         assert page.evaluate("window.loadedOnce") is True

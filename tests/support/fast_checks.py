@@ -10,12 +10,15 @@ types (doubles equal within 1e-9 relative; see ``same_value``).
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+from hypothesis import Phase
 
 from tests.support.fast_shapes import SCHEMA, VALUE_COLUMNS, Shape, prefixed_columns
 from tests.support.fast_streams import BaseModel, Commit, Insert, On, Op, Purge
@@ -230,3 +233,12 @@ class Scenario:
 
     def story(self, mv: str) -> str:
         return f"query: {self.mvs[mv]}\n" + "\n".join(f"  {line}" for line in self.log)
+
+
+def phases_for_ci() -> tuple[Phase, ...]:
+    """Hypothesis phases of a property test whose every example costs minutes of real Spark: only its
+    explicit examples under the CI profile (the suite's time budget), every phase under
+    ``HYPOTHESIS_PROFILE=long``."""
+    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":
+        return (Phase.explicit,)
+    return tuple(Phase)

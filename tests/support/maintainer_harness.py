@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from workers.catalog.errors import ErrorCode, MvsError
 from workers.coordinator.handlers import Context, maintainer_command, new_task
 from workers.jobs.errors import RunCancelled
 from workers.records import Record
@@ -81,6 +82,9 @@ class FakeRunner:
     def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]:
         with self._lock:
             self.version_reads += 1
+            missing = [t for t in tables if t not in self.versions]
+            if missing:  # as SparkRunner: a table without a Delta log
+                raise MvsError(ErrorCode.NOT_FOUND, f"base table {missing[0]} does not exist")
             return {t: self.versions[t] for t in tables}
 
     def _run(self, kind: str, task: Record, job_group: str) -> dict[str, int]:

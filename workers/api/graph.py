@@ -31,6 +31,9 @@ class GraphEdgeJson(TypedDict):
     source: str  # the table or MV read
     target: str  # the MV that reads it
     via_rows: list[int]  # an edge past the next column: its row in each column between the two
+    # The edge's lag: versions of the source committed since the version the target reflects
+    # (None: the source's version or the target's watermark not known yet).
+    behind_versions: int | None
 
 
 class GraphJson(TypedDict):
@@ -76,6 +79,7 @@ def dependency_graph(tasks: Mapping[str, Record], versions: Mapping[str, int | N
     newest Delta versions known (``StatusSnapshot.versions``: the tables MVs read)."""
     inputs = _inputs(tasks)
     task_ids = {task["name"]: task["task_id"] for task in tasks.values() if task["kind"] == "MV"}
+    marks = {task["name"]: task.get("checkpoint") or {} for task in tasks.values() if task["kind"] == "MV"}
     logged = {task["name"] for task in tasks.values() if task["kind"] == "MV_LOG"}
     tables = ({source for sources in inputs.values() for source in sources} | logged) - set(inputs)
     depths = {table: 0 for table in tables} | _depths(inputs)
@@ -112,10 +116,19 @@ def dependency_graph(tasks: Mapping[str, Record], versions: Mapping[str, int | N
         for name in sorted(depths, key=lambda n: (depths[n], rows[n]))
     ]
     edges: list[GraphEdgeJson] = [
-        {"source": source, "target": target, "via_rows": [rows[point] for point in points]}
+        {
+            "source": source,
+            "target": target,
+            "via_rows": [rows[point] for point in points],
+            "behind_versions": _behind(versions.get(source), marks.get(target, {}).get(source)),
+        }
         for (source, target), points in passes.items()
     ]
     return {"nodes": nodes, "edges": edges}
+
+
+def _behind(latest: int | None, reflected: int | None) -> int | None:
+    return None if latest is None or reflected is None else max(0, latest - reflected)
 
 
 def _order(slots: dict[int, list[str]], before: Mapping[str, list[str]]) -> dict[str, int]:

@@ -27,7 +27,8 @@ from workers.coordinator.effects import (
     new_task,
     safepoint_for,
 )
-from workers.ddl import DdlError, QueryInfo, apply_alter, plan_record
+from workers.coordinator.pipelines import dropped_with, fail_readers_on_new_columns, live_mv, upstream_mvs
+from workers.ddl import DdlError, QueryInfo, apply_alter, plan_record, query_output_columns
 from workers.ddl.analysis import analyze_mv_query
 from workers.ddl.parser import SCHEMA_VERSION
 from workers.records import Record
@@ -98,17 +99,24 @@ def _mv_reads(tasks: Mapping[str, Record]) -> dict[str, list[str]]:
     }
 
 
-def _analyzed(query: str, ctx: Context) -> QueryInfo:
+def _analyzed(query: str, ctx: Context, tasks: Mapping[str, Record]) -> QueryInfo:
     """The query's analysis (``workers.ddl.analysis``: the only one; workers take the plan from the
-    task record)."""
-    return analyze_mv_query(query, ctx.table_columns)
+    task record). An MV not built yet has no Delta log: its columns are its own query's output columns."""
+
+    def table_columns(table: str) -> tuple[str, ...] | None:
+        columns = ctx.table_columns(table)
+        upstream = live_mv(table, tasks) if columns is None else None
+        return columns if upstream is None else query_output_columns(upstream["mv"]["query"])
+
+    return analyze_mv_query(query, table_columns)
 
 
 def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
     """The checked MV spec, with base tables taken from the query itself (a producer's list is not
-    trusted): every table it reads is a valid, existing name, neither the MV itself nor an MV
-    that (through others) reads it."""
-    info = _analyzed(spec["query"], ctx)
+    trusted): every table it reads is a valid name, an existing table or an MV of the catalog (built
+    or not: its first refresh waits for theirs), neither the MV itself nor an MV that (through
+    others) reads it."""
+    info = _analyzed(spec["query"], ctx, tasks)
     for table in info.base_tables:
         problem = name_problem(table, "table")
         if problem is not None:
@@ -121,7 +129,8 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
             f"materialized view {name} would read itself through other views ({' → '.join(cycle)}); "
             "change the query so that no view reads, directly or not, a view that reads it"
         )
-    missing = [t for t in info.base_tables if not _table_exists(t, ctx)]
+    upstream = upstream_mvs(list(info.base_tables), tasks)
+    missing = [t for t in info.base_tables if t not in upstream and not _table_exists(t, ctx)]
     if missing:
         raise _invalid(f"unknown base table(s): {', '.join(missing)}")
     if spec["refresh_mode"] == "FAST" and info.fast_refresh is None:
@@ -129,7 +138,12 @@ def _validated_mv_spec(name: str, spec: Record, tasks: Mapping[str, Record], ctx
             f"REFRESH FAST is not possible for {name}: {info.fast_reason}; use REFRESH COMPLETE or FORCE"
         )
     # The analysis travels with the task: workers read the plan from the record, never the SQL.
-    return {**spec, "base_tables": list(info.base_tables), "plan": plan_record(info.plan)}
+    return {
+        **spec,
+        "base_tables": list(info.base_tables),
+        "plan": plan_record(info.plan),
+        "upstream_mvs": upstream,
+    }
 
 
 def _check_mv_name_is_free(name: str, tasks: Mapping[str, Record], ctx: Context) -> None:
@@ -176,14 +190,10 @@ def _create_mv_log(event: Record, tasks: Mapping[str, Record], ctx: Context) -> 
     table = event["name"]
     what = f"materialized view log on {table}"
     task_id = _new_task_id(mvlog_task_id(table), mv_log_table_problem(table), tasks, what)
-    if mv_task_id(table) in tasks:
-        # An MV's table is rewritten by each refresh and deleted with the MV, and ALTER/DROP of the
-        # name would address the MV first: an MV log belongs on a base table.
-        raise _invalid(
-            f"{table} is a materialized view; an MV log is kept on a base table "
-            f"(an MV reading {table} refreshes COMPLETE)"
-        )
-    if not _table_exists(table, ctx):
+    # An MV log on an MV captures its table's changes as on a base table (the MV's writes yield
+    # change rows once its table has the change data feed on), so an MV reading it refreshes FAST.
+    # Its table may not be built yet: the log's task waits for the MV's first refresh.
+    if live_mv(table, tasks) is None and not _table_exists(table, ctx):
         raise _invalid(f"unknown base table: {table}")
     spec = event.get("mv_log") or {"base_table": table, "purge_interval_ms": DEFAULT_PURGE_INTERVAL_MS}
     task = new_task(
@@ -232,13 +242,11 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         task["epoch"] += 1
     task["updated_at"] = ctx.now_ms
     if step.new_state is TaskState.DROPPING:
-        # Durable: the task stays, DROPPING, until its owner (whichever worker has it by then)
-        # reports its data removed at this epoch (heartbeats.py); only then is the name free.
-        task["state"] = step.new_state.value
-        task["error"] = None
-        task["next_run_at"] = None
-        effects.catalog[task_id] = task
-        effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
+        _drop(task, effects, ctx)
+        if task["kind"] == "MV":
+            for other in dropped_with(task["name"], event, tasks, ctx):
+                if tasks[other]["state"] != TaskState.DROPPING.value:  # else already on its way
+                    _drop({**tasks[other], "epoch": tasks[other]["epoch"] + 1}, effects, ctx)
     elif action is Action.REFRESH and step.new_state is state:
         effects.maintainer.append(maintainer_command("REFRESH_NOW", task, ctx))
     elif action is Action.CANCEL:
@@ -248,6 +256,7 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         # owner runs a new epoch at once).
         if action is Action.ALTER:
             task["mv"] = _altered_spec(task, event, tasks, ctx)
+            fail_readers_on_new_columns(tasks[task_id], task, tasks, effects, ctx)
         task["state"] = step.new_state.value
         if step.new_state is TaskState.NORMAL:
             task["error"] = None
@@ -255,6 +264,17 @@ def _lifecycle(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effe
         effects.manager.append(manager_command("ADD_MAINTAINER", task, ctx))
     effects.results.append(_result(event, task_id, ctx))
     return effects
+
+
+def _drop(task: Record, effects: Effects, ctx: Context) -> None:
+    """Durable: the task stays, DROPPING, until its owner (whichever worker has it by then) reports its
+    data removed at its (raised) epoch (heartbeats.py); only then is the name free."""
+    task["state"] = TaskState.DROPPING.value
+    task["error"] = None
+    task["next_run_at"] = None
+    task["updated_at"] = ctx.now_ms
+    effects.catalog[task["task_id"]] = task
+    effects.manager.append(manager_command("REMOVE_MAINTAINER", task, ctx))
 
 
 def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx: Context) -> Record:
@@ -268,8 +288,14 @@ def _altered_spec(task: Record, event: Record, tasks: Mapping[str, Record], ctx:
     spec = checked_mv_spec(spec)
     if spec["query"] == task["mv"]["query"]:
         # Same query, same analysis; a record from before plans were stored gets one now.
-        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx).plan)
-        return {**spec, "base_tables": list(task["mv"]["base_tables"]), "plan": plan}
+        plan = task["mv"].get("plan") or plan_record(_analyzed(spec["query"], ctx, tasks).plan)
+        base_tables = list(task["mv"]["base_tables"])
+        return {
+            **spec,
+            "base_tables": base_tables,
+            "plan": plan,
+            "upstream_mvs": upstream_mvs(base_tables, tasks),
+        }
     return _validated_mv_spec(task["name"], spec, tasks, ctx)
 
 

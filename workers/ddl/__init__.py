@@ -14,7 +14,7 @@ from workers.ddl.plan import (
     plan_from_record,
     plan_record,
 )
-from workers.ddl.query import QueryInfo, analyze_query
+from workers.ddl.query import QueryInfo, analyze_query, query_output_columns
 
 __all__ = [
     "AggregateItem",
@@ -30,4 +30,5 @@ __all__ = [
     "parse_statement",
     "plan_from_record",
     "plan_record",
+    "query_output_columns",
 ]

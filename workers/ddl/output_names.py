@@ -44,6 +44,22 @@ def check_output_names(tree: exp.Query) -> None:
         )
 
 
+def output_columns(tree: exp.Query) -> tuple[str, ...] | None:
+    """The names of the query's output columns as Spark gives them (so an MV's table will have
+    them), or None when the list has a ``*`` (its columns are its tables')."""
+    select = _first_select(tree)
+    if select is None:
+        return None
+    names: list[str] = []
+    for projection in select.expressions:
+        if isinstance(projection, exp.Star) or (
+            isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star)
+        ):
+            return None
+        names.append(projection.output_name or projection.sql(dialect=DIALECT))
+    return tuple(names)
+
+
 def _first_select(tree: exp.Expr) -> exp.Select | None:
     """The SELECT whose list names the output columns (the left-most branch of a set operation)."""
     node: exp.Expr | None = tree

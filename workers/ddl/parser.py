@@ -71,6 +71,7 @@ class _Parsed:
     mode_given: bool = False
     trigger_given: bool = False
     freshness_given: bool = False
+    cascade: bool | None = None  # DROP MATERIALIZED VIEW … CASCADE
 
 
 class _NotGiven:
@@ -112,6 +113,7 @@ def parse_statement(
         "mv": parsed.mv,
         "mv_log": parsed.mv_log,
         "sql": sql,
+        "cascade": parsed.cascade,
     }
 
 
@@ -303,7 +305,9 @@ class _Parser:
         self.mv_keywords("DROP")
         if self.at_log_on(trigger_may_follow=False):
             return _Parsed("DROP_MV_LOG", self.name("table"))
-        return _Parsed("DROP_MV", self.name("materialized view"))
+        name = self.name("materialized view")
+        # CASCADE: the MVs reading it go too (without it, a DROP of an MV others read is refused).
+        return _Parsed("DROP_MV", name, cascade=True if self.accept("CASCADE") else None)
 
     def refresh(self) -> _Parsed:
         self.mv_keywords("REFRESH")

@@ -21,7 +21,7 @@ from workers.ddl.constructs import check_constructs
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
-from workers.ddl.output_names import check_output_names
+from workers.ddl.output_names import check_output_names, output_columns
 from workers.ddl.plan import QueryPlan
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.build import plan_tree
@@ -143,6 +143,15 @@ def _tree_or(shape: FastVerdict, tree: FastVerdict | None) -> FastVerdict:
     shape, so its refusal names what is left (a shape planner's "CTEs are not supported" no longer
     holds); the shape planners' reason where the tree has nothing to say."""
     return shape if tree is None else tree
+
+
+def query_output_columns(sql: str) -> tuple[str, ...] | None:
+    """The output column names of MV query ``sql`` (an accepted one), None when they are not
+    known from the text alone (``SELECT *``): the columns of an MV whose table is not built yet."""
+    try:
+        return output_columns(parse_query(sql))
+    except (InvalidQueryError, RecursionError):
+        return None
 
 
 def _too_deep() -> InvalidQueryError:

@@ -52,11 +52,15 @@ class RefreshResult:
     rows_deleted: int | None = None
 
 
-def read_watermark(spark: SparkSession | None, settings: Settings, mv_name: str) -> MvWatermark | None:
+def read_watermark(
+    spark: SparkSession | None, settings: Settings, mv_name: str, *, at: int | None = None
+) -> MvWatermark | None:
     """The ``mvs`` metadata of the newest MV commit carrying it (later maintenance commits such as
-    OPTIMIZE carry none); None if the table does not exist or no refresh ever committed.
-    ``spark`` may be None for a local warehouse (see ``deltalog.iter_commits``)."""
-    for commit in deltalog.iter_commits(spark, settings, mv_name):
+    OPTIMIZE carry none), at version ``at`` or before (None: the latest); None if the table does not
+    exist or no refresh committed. ``spark`` may be None for a local warehouse (see
+    ``deltalog.iter_commits``). A downstream MV's watermark names an upstream MV's version: what the
+    upstream reflected there (``at``) is the base versions the downstream reflects through it."""
+    for commit in deltalog.iter_commits(spark, settings, mv_name, newest=at):
         found = decode_user_metadata(commit.user_metadata, commit.version)
         if found is not None:
             return found
@@ -88,7 +92,9 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             groups.check_cancelled(request.job_group)
-            metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, request.watermark)
+            metadata = encode_user_metadata(
+                request.task_id, request.epoch, request.run_id, request.watermark, request.reflects
+            )
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:
@@ -160,8 +166,10 @@ def landed(
 
 
 def drop_mv_table(settings: Settings, mv_name: str) -> None:
-    """Delete the MV table folder and its helper state's (``<mv>__mvstate``; cancel its runs first).
-    No-op for what does not exist."""
-    for name in (mv_name, warehouse.state_table_name(mv_name)):
+    """Delete the MV table folder, its helper state's (``<mv>__mvstate``; cancel its runs first) and
+    its MV log's (``<mv>__mlog``: dropped with the MV, whichever of the two tasks goes first). No-op
+    for what does not exist."""
+    names = (mv_name, warehouse.state_table_name(mv_name), warehouse.mlog_table_name(mv_name))
+    for name in names:
         warehouse.delete_table(settings, name)
         deltalog.forget_table(settings, name)

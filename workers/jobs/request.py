@@ -29,14 +29,27 @@ class RunRequest:
     job_group: str  # Spark job group of the run: cancelling it stops the run
     # Base table -> the Delta version this run reads: the watermark its commit records.
     pinned: Mapping[str, int] = field(default_factory=dict)
+    # Base table (not MV) -> the Delta version the result reflects, through the MVs it reads too:
+    # recorded beside the watermark so a reader can tell which MVs are consistent. Empty: ``pinned``.
+    reflects: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pinned", MappingProxyType(dict(self.pinned)))
+        object.__setattr__(self, "reflects", MappingProxyType(dict(self.reflects or self.pinned)))
 
     @classmethod
-    def for_task(cls, task: Record, *, run_id: str, job_group: str, pinned: Mapping[str, int]) -> RunRequest:
+    def for_task(
+        cls,
+        task: Record,
+        *,
+        run_id: str,
+        job_group: str,
+        pinned: Mapping[str, int],
+        reflects: Mapping[str, int] | None = None,
+    ) -> RunRequest:
         """The request of a refresh of MV ``task`` (a TaskRecord whose ``mv.plan`` is set: see
-        ``with_plan``) reading the base tables at ``pinned``."""
+        ``with_plan``) reading the base tables at ``pinned`` (reflecting the base tables at
+        ``reflects`` through the MVs among them; None: no MV among them)."""
         spec = task["mv"]
         if spec.get("plan") is None:
             raise ValueError(f"{task['task_id']} has no query plan: the maintainer adds it (with_plan)")
@@ -51,6 +64,7 @@ class RunRequest:
             run_id=run_id,
             job_group=job_group,
             pinned=pinned,
+            reflects=reflects or {},
         )
 
     @property

@@ -42,6 +42,7 @@ from workers.worker.schedule import (
     run_priority,
     trigger_kind,
 )
+from workers.worker.upstreams import WAIT_POLL_S, waiting_reason
 
 if TYPE_CHECKING:  # the metrics module pulls in prometheus_client; the FSM only calls it
     from workers.sched.metrics import SchedMetrics
@@ -194,6 +195,14 @@ class Maintainer:
         now = self.env.clock.monotonic()
         run_id, wall_ms = new_run_id(), self.env.clock.wall_ms()
         run = RunContext(run_id, self.task["epoch"], trigger, wall_ms, dict(self.watermark))
+        # Not while retrying a failed run: the look runs on the loop thread, the storage may be away.
+        waiting = None if self.attempt else waiting_reason(self.task, self._table_exists)
+        if waiting is not None:
+            # Said once per reason (the run record, hence ``mvs status``), then looked at again quietly.
+            if (self.last_run or {}).get("message") != waiting:
+                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message=waiting)
+            self._schedule_at(now + WAIT_POLL_S, notify=False)
+            return
         skip = self._skip_unchanged() if self.task["kind"] == "MV" else None
         if skip is not None:
             # The MV reflects the base tables as they are now: fresh as of now, nothing to run.
@@ -237,6 +246,15 @@ class Maintainer:
         self.running = run
         self.env.due.remove(self.task_id)
         self._record_run(run, "PENDING")
+
+    def _table_exists(self, name: str) -> bool:
+        """Whether table ``name`` has a Delta log (a storage error counts as yes: the run reports it).
+        One quick attempt: this look runs on the loop thread."""
+        try:
+            self.env.runner.base_versions([name], quick=True)
+        except MvsError as exc:
+            return exc.code is not ErrorCode.NOT_FOUND
+        return True
 
     def _skip_unchanged(self) -> Decision | None:
         """The decision's SKIP (``workers.worker.decision.unchanged``) when the base tables are still

@@ -23,6 +23,7 @@ from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
 from workers.jobs.delta.sizes import ChangeSize, change_size
 from workers.records import Record
 from workers.warehouse import latest_version, table_exists
+from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.planning import COMPLETE, FAST, CostModel
 
@@ -136,16 +137,21 @@ class SparkRunner:
         bases, build the run's one ``RunRequest``, decide (``workers.worker.decision``), run the job."""
         from workers.jobs import fast_refresh_blocker, read_watermark
 
-        pinned = self.base_versions(task["mv"]["base_tables"])
-        request = RunRequest.for_task(task, run_id=run_id, job_group=job_group, pinned=pinned)
+        latest = self.base_versions(task["mv"]["base_tables"])
         with self._live_group(job_group), _storage_errors():
             # What the MV table already reflects, whoever wrote it (a new owner after a failover
             # finds its predecessor's result). Read from the Delta log without a JVM where the
             # warehouse is local, so a task that moves to a worker whose Spark is still starting is
             # current at once, not after a recompute.
             log_reader = None if warehouse.is_local(self.settings) else self.spark
-            current = read_watermark(log_reader, self.settings, request.mv_name)
+            current = read_watermark(log_reader, self.settings, task["name"])
             reflected = current.watermark if current is not None else None
+            cut = self._cut(task, latest, reflected or {}, log_reader)
+            if isinstance(cut, str):  # the upstream MVs do not meet yet: nothing to read
+                return RunResult("SKIPPED", 0, reflected or {}, reflected or {}, cut, 0)
+            request = RunRequest.for_task(
+                task, run_id=run_id, job_group=job_group, pinned=cut.pinned, reflects=cut.reflects
+            )
             mv_version = latest_version(self.settings, request.mv_name)
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
@@ -171,6 +177,8 @@ class SparkRunner:
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
+        if cut.reflects != cut.pinned:  # an MV over MVs: the base versions it reflects through them
+            message = f"{message}; reflects {cut_text(cut.reflects)}"
         deleted = result.rows_deleted
         if ran == COMPLETE and deleted is None and size_read is not None:
             # An overwrite deletes every row the MV had (none before its first build).
@@ -190,6 +198,23 @@ class SparkRunner:
             result.rows_inserted if result.applied else 0,
             deleted if result.applied else 0,
         )
+
+    def _cut(self, task: Record, latest: dict[str, int], floor: dict[str, int], log_reader: Any) -> Cut | str:
+        """The versions the run reads (``workers.worker.cut``): the latest, unless MVs among the
+        inputs reflect different base versions; or why the run waits."""
+        from workers.jobs import read_watermark
+
+        upstream = [t for t in task["mv"].get("upstream_mvs") or [] if t in latest]
+        if not upstream:
+            return Cut(dict(latest), dict(latest))
+
+        def reflected(mv: str, version: int) -> Reflection | None:
+            found = read_watermark(log_reader, self.settings, mv, at=version)
+            if found is None or found.delta_version is None:
+                return None
+            return Reflection(found.delta_version, found.reflects)
+
+        return consistent_cut(latest, upstream, floor, reflected)
 
     def cost_model(self, task_id: str) -> CostModel:
         """What MV ``task_id``'s refreshes cost, as far as its runs here taught it."""

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.jobs.test_fast_properties import JOINED, run_stream, warehouse_settings  # noqa: F401
+from tests.support.fast_checks import phases_for_ci
 from tests.support.fast_shapes import Shape
 from tests.support.fast_streams import Stream, streams
 from workers.config import Settings
@@ -68,7 +69,11 @@ TREE_SHAPES = [
 ]
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES,
+    phases=phases_for_ci(),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @example(case=(TREE_SHAPES, JOINED))
 @given(
     case=st.tuples(

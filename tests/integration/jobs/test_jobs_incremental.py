@@ -72,8 +72,7 @@ def _by_mode(spark: Any, settings: Settings, mv: str, query: str, *, run: str) -
     """A FAST refresh the way a worker runs it: pin, decide, run the job (``SparkRunner.refresh``).
     (FAST, not FORCE: on tables this small FORCE's cost model rightly prefers recomputing,
     tests/integration/jobs/test_force_by_cost.py.)"""
-    runner = SparkRunner(settings)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(settings, lambda _: spark)  # the session the tests share
     spec = {
         "query": query,
         "refresh_mode": "FAST",

@@ -127,8 +127,7 @@ def test_stale_epoch_commit_is_skipped(spark: Any, local_settings: Settings) -> 
 
 def test_missing_base_table_is_reported(spark: Any, local_settings: Settings) -> None:
     """The runner pins the bases before any job: a missing one is a coded error naming it."""
-    runner = SparkRunner(local_settings)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(local_settings, lambda _: spark)  # the session the tests share
     plan = plan_record(QueryPlan(None, "not analysed"))
     spec = {"query": "SELECT * FROM nope", "refresh_mode": "COMPLETE", "base_tables": ["nope"], "plan": plan}
     task = {"task_id": "mv:mv_c", "name": "mv_c", "kind": "MV", "epoch": 1, "mv": spec}

@@ -21,8 +21,7 @@ from workers.worker.runner import RunFailure, SparkRunner, _storage_errors
 
 
 def runner_on(spark: Any, settings: Settings) -> SparkRunner:
-    runner = SparkRunner(settings)
-    runner._spark = spark  # the session the tests share
+    runner = SparkRunner(settings, lambda _: spark)  # the session the tests share
     return runner
 
 

@@ -75,6 +75,17 @@ def test_an_mv_over_mvs_is_a_chain_of_columns() -> None:
     assert shown == {"sales": 7, "regions": None, "daily": 2, "weekly": None, "report": None}
 
 
+def test_each_edge_says_how_many_versions_of_its_source_its_target_is_behind() -> None:
+    tasks = by_id(
+        mv("daily", ["sales"], checkpoint={"sales": 5}),
+        mv("weekly", ["daily"], checkpoint={"daily": 2}),
+        mv("report", ["weekly"], checkpoint={}),
+    )
+    edges = dependency_graph(tasks, {"sales": 7, "daily": 2, "weekly": 4})["edges"]
+    behind = {(e["source"], e["target"]): e["behind_versions"] for e in edges}
+    assert behind == {("sales", "daily"): 2, ("daily", "weekly"): 0, ("weekly", "report"): None}
+
+
 def test_rows_follow_their_inputs_so_lines_cross_little() -> None:
     tasks = by_id(mv("on_c", ["c"]), mv("on_a", ["a"]), mv("on_b", ["b"]), mv("on_a_and_c", ["a", "c"]))
     graph = dependency_graph(tasks, {})

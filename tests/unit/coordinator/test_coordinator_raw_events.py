@@ -72,16 +72,6 @@ def test_an_mv_reading_itself_or_closing_a_cycle_is_refused() -> None:
     assert tasks["mv:a"]["mv"]["base_tables"] == ["sales"]
 
 
-def test_an_mv_log_on_an_mv_is_refused() -> None:
-    tasks: dict[str, Record] = {}
-    apply(CREATE, tasks)
-    event = raw_event(
-        "CREATE_MV_LOG", "by_region", mv_log={"base_table": "by_region", "purge_interval_ms": 1000}
-    )
-    refused = refusal(handle_ddl(event, tasks, checked_ctx({*TABLES, "by_region"})))
-    assert "by_region is a materialized view" in refused["message"]
-
-
 @pytest.mark.parametrize(
     ("spec", "why"),
     [

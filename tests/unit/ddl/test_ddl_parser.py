@@ -42,6 +42,7 @@ def test_example_from_the_brief() -> None:
         },
         "mv_log": None,
         "sql": sql,
+        "cascade": None,
     }
 
 
@@ -316,7 +317,8 @@ def test_apply_alter_refuses_fast_for_an_ineligible_query() -> None:
         (f"CREATE MATERIALIZED VIEW sales__mlog AS {QUERY}", "reserved for MV logs", 26),
         ("CREATE MATERIALIZED VIEW sales AS SELECT a FROM sales", "cannot read from itself", 35),
         ("DROP MATERIALIZED VIEW", "expected a materialized view name, found end of statement", 23),
-        ("DROP MATERIALIZED VIEW v CASCADE", "unexpected 'CASCADE' after the end of the statement", 26),
+        ("DROP MATERIALIZED VIEW v CASCADE NOW", "unexpected 'NOW' after the end of the statement", 34),
+        ("DROP MATERIALIZED VIEW LOG ON t CASCADE", "unexpected 'CASCADE' after the end", 33),
         ("DROP MATERIALIZED VIEW v; DROP MATERIALIZED VIEW w", "unexpected 'DROP' after the end", 27),
         ("DROP MATERIALIZED VIEW IF EXISTS v", "IF [NOT] EXISTS is not supported", 24),
         ("ALTER MATERIALIZED VIEW v", "expected REFRESH, a schedule", 26),

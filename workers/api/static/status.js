@@ -129,8 +129,12 @@ function renderGraph(graph, freshness) {
     const from = place.get(edge.source);
     const to = place.get(edge.target);
     if (!from || !to) continue;
-    parts.push(svg("path", { class: "edge", d: edgePath(from, to, edge.via_rows), "marker-end": "url(#arrow)",
-      "data-edge": `${edge.source}->${edge.target}` }));
+    const behind = edge.behind_versions;
+    const lagText = behind === null || behind === undefined
+      ? `${edge.target} reads ${edge.source}`
+      : `${edge.target} is ${behind} version${behind === 1 ? "" : "s"} of ${edge.source} behind`;
+    parts.push(svg("path", { class: behind ? "edge behind" : "edge", d: edgePath(from, to, edge.via_rows), "marker-end": "url(#arrow)",
+      "data-edge": `${edge.source}->${edge.target}`, "data-behind": behind ?? "" }, svg("title", {}, lagText)));
   }
   for (const node of graph.nodes) {
     const { x, y } = place.get(node.name);

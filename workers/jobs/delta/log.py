@@ -39,15 +39,21 @@ def current_version(spark: SparkSession | None, settings: Settings, name: str) -
 
 
 def iter_commits(
-    spark: SparkSession | None, settings: Settings, name: str, *, after: int | None = None
+    spark: SparkSession | None,
+    settings: Settings,
+    name: str,
+    *,
+    after: int | None = None,
+    newest: int | None = None,
 ) -> Iterator[CommitInfo]:
-    """Commit infos of versions > ``after`` (all if None), newest first, lazily.
+    """Commit infos of versions > ``after`` (all if None) up to ``newest`` (the latest if None),
+    newest first, lazily.
 
     Stops at the first commit file removed by log cleanup. No Spark is needed (``spark`` may be
     None: a caller can decide before its JVM has started).
     """
     floor = -1 if after is None else after
-    latest = warehouse.latest_version(settings, name)
+    latest = warehouse.latest_version(settings, name) if newest is None else newest
     for version in range(latest if latest is not None else -1, floor, -1):
         try:
             actions = warehouse.read_commit(settings, name, version)

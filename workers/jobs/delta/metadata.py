@@ -60,6 +60,10 @@ class MvWatermark:
     run_id: str
     watermark: dict[str, int] = field(default_factory=dict)
     delta_version: int | None = None  # MV table version of the commit carrying it
+    # The base tables (not MVs) at the versions the content reflects, through the MVs it reads:
+    # two MVs reflecting the same versions are consistent with each other. Older commits have none:
+    # their watermark, which then names base tables only.
+    reflects: dict[str, int] = field(default_factory=dict)
 
 
 def txn_version(epoch: int, watermark: Mapping[str, int]) -> int:
@@ -70,8 +74,17 @@ def txn_version(epoch: int, watermark: Mapping[str, int]) -> int:
     return epoch * EPOCH_SHIFT + total
 
 
-def encode_user_metadata(task_id: str, epoch: int, run_id: str, watermark: Mapping[str, int]) -> str:
-    body = {"task_id": task_id, "epoch": epoch, "run_id": run_id, "watermark": dict(watermark)}
+def encode_user_metadata(
+    task_id: str,
+    epoch: int,
+    run_id: str,
+    watermark: Mapping[str, int],
+    reflects: Mapping[str, int] | None = None,
+) -> str:
+    body: dict[str, Any] = {"task_id": task_id, "epoch": epoch, "run_id": run_id}
+    body["watermark"] = dict(watermark)
+    if reflects is not None and dict(reflects) != dict(watermark):
+        body["reflects"] = dict(reflects)  # only where it says more than the watermark (an MV of MVs)
     return json.dumps({"mvs": body}, sort_keys=True, separators=(",", ":"))
 
 
@@ -87,6 +100,7 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
             run_id=str(body["run_id"]),
             watermark={str(k): int(v) for k, v in dict(body["watermark"]).items()},
             delta_version=delta_version,
+            reflects={str(k): int(v) for k, v in dict(body.get("reflects") or body["watermark"]).items()},
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -69,7 +69,9 @@ class RunCommit:
         if change.state is not None:
             step("commit the helper state")
             state.commit(change.state, request, watermark, version)
-        metadata = encode_user_metadata(request.task_id, request.epoch, request.run_id, watermark)
+        metadata = encode_user_metadata(
+            request.task_id, request.epoch, request.run_id, watermark, request.reflects
+        )
         mv_commit = CommitId(request.task_id, version, metadata)
         step(f"commit ({change.plan})")
         if change.merge is None:
