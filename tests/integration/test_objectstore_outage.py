@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import wait_until
-from tests.support.fleet import assert_applied_once, refresh_commits, step, unended_runs
+from tests.support.fleet import step
 from tests.support.objectstore import object_store_settings
 from tests.support.processes import Fleet
 from tests.support.sales import SCHEMA, rows
@@ -32,7 +32,7 @@ from tests.support.state_watch import (
     trace,
     watch,
 )
-from tests.support.two_mvs import MVS, create_two_mvs, wait_until_current
+from tests.support.two_mvs import assert_whole_after_outage, create_two_mvs, wait_until_current
 from workers.client import MvsClient
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import free_port, one_broker_settings
@@ -102,13 +102,8 @@ def test_the_fleet_rides_out_an_object_store_outage(
         append(spark, settings, "sales", rows(100, 5))
         wait_until_current(client, spark, settings, "caught up after the store came back", timeout_s=180)
         step(f"store outage: RECOVERY: every MV current, {time.monotonic() - back_at:.1f}s after")
-        for name in MVS:
-            assert_applied_once(refresh_commits(spark, settings, name))
         assert {t["state"] for t in client.tasks().values()} <= {"NORMAL", "WARNING"}
-        now_ms = int(time.time() * 1000)
-        wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=120, what="every started run ended")
-        dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
-        assert not dead, f"role processes died: {dead}\n{fleet.logs()}"
+        assert_whole_after_outage(spark, settings, fleet, roles)
     except BaseException:
         print(fleet.logs())
         raise

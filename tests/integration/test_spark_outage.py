@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import wait_until
-from tests.support.fleet import assert_applied_once, refresh_commits, step, unended_runs
+from tests.support.fleet import step
 from tests.support.processes import Fleet
 from tests.support.sales import SCHEMA, rows
 from tests.support.state_watch import (
@@ -30,7 +30,7 @@ from tests.support.state_watch import (
     trace,
     watch,
 )
-from tests.support.two_mvs import MVS, create_two_mvs, mv_current
+from tests.support.two_mvs import MVS, assert_whole_after_outage, create_two_mvs, mv_current
 from workers.client import MvsClient
 from workers.demo_tables import append, create_table
 from workers.embedded.broker import one_broker_settings
@@ -112,12 +112,7 @@ def test_the_worker_rides_out_the_loss_of_its_spark_jvm(
         assert worker.alive, f"w1 died:\n{fleet.logs()}"
         (new_jvm,) = jvm_children(worker.pid)
         assert new_jvm != jvm
-        for name in MVS:
-            assert_applied_once(refresh_commits(spark, settings, name))
-        now_ms = int(time.time() * 1000)
-        wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=120, what="every started run ended")
-        dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
-        assert not dead, f"role processes died: {dead}\n{fleet.logs()}"
+        assert_whole_after_outage(spark, settings, fleet, roles)
     except BaseException:
         print(fleet.logs())
         raise

@@ -3,9 +3,12 @@ COMPLETE EVERY 3 SECONDS, one FAST ON CHANGE (over its MV log)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.support.cluster import wait_until
+from tests.support.fleet import assert_applied_once, refresh_commits, unended_runs
+from tests.support.processes import Fleet, Role
 from tests.support.sales import mv_rows, query_rows
 from workers.client import MvsClient
 from workers.config import Settings
@@ -43,3 +46,14 @@ def wait_until_current(
         wait_until(
             lambda n=name: mv_current(client, spark, settings, n), timeout_s=timeout_s, what=f"{name} {what}"
         )
+
+
+def assert_whole_after_outage(spark: Any, settings: Settings, fleet: Fleet, roles: list[Role]) -> None:
+    """What an outage must not have cost once every MV caught up: each refresh applied once, every
+    run that started ended, every role process alive."""
+    for name in MVS:
+        assert_applied_once(refresh_commits(spark, settings, name))
+    now_ms = int(time.time() * 1000)
+    wait_until(lambda: not unended_runs(settings, now_ms), timeout_s=120, what="every started run ended")
+    dead = [(r.name, r.process.returncode) for r in roles if not r.alive]
+    assert not dead, f"role processes died: {dead}\n{fleet.logs()}"
