@@ -194,7 +194,8 @@ def test_aggregates_match_complete_refresh(
     assert (
         "4 change rows applied" in inserted.message
         # Two steps: delta-rs reads the 4 groups' MV rows and commits (``rs_commit``), no Spark MERGE.
-        and "keyed merge: 4 groups changed, 0 recomputed" in inserted.message
+        and "keyed merge: linear over the base's change rows: 4 groups changed, 0 recomputed"
+        in inserted.message
     )
     assert _rows(spark, s, "mv_sums") == _query_at(spark, s, sums, 2)
     assert not listed
@@ -232,7 +233,7 @@ def test_the_decision_says_why_and_falls_back(spark: Any, local_settings: Settin
     assert _choose(spark, s, "mv_f", sums, mode="COMPLETE") == ("COMPLETE", "complete: refresh mode COMPLETE")
     kind, why = _choose(spark, s, "mv_f", "SELECT region FROM sales LIMIT 5")
     assert kind == "COMPLETE" and why.startswith(
-        "complete: fast refresh is not possible: LIMIT (top-N) is not maintained incrementally"
+        "complete: fast refresh is not possible: LIMIT (top-N) is not yet FAST"
     ), why
 
     assert _complete(spark, s, "mv_f", sums).applied  # watermark v0
