@@ -100,7 +100,7 @@ def test_every_operation_answers_within_its_document(api_url: str) -> None:
         operation = result.ok()
         for mode in GenerationMode:
             calls[operation.label, mode] = fuzz(operation, mode)
-    assert len({label for label, _ in calls}) == 10
+    assert len({label for label, _ in calls}) == 11  # POST /explain among them
     assert all(n > 0 for (_, mode), n in calls.items() if mode is GenerationMode.POSITIVE), calls
     assert calls["POST /statements", GenerationMode.NEGATIVE] > 0
     assert calls["GET /mvs/{name}/history", GenerationMode.NEGATIVE] > 0
