@@ -50,3 +50,30 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
     """Settings for one test: the session broker, a fresh namespace and a fresh warehouse."""
     return one_broker_settings(kafka_bootstrap, "t", tmp_path)
+
+
+# The longest files first (LPT): xdist hands files out in collection order (``--no-loadscope-reorder``
+# in addopts), so the two processes finish together instead of one running a long file alone at the
+# end. Ranked from this session's timings (loaded machine): to re-rank from .ci/run's --durations; a
+# file not listed keeps its collected place.
+LONGEST_FIRST = (
+    "tests/integration/test_tpch.py",
+    "tests/integration/test_fleet.py",
+    "tests/integration/jobs/test_fast_properties.py",
+    "tests/integration/jobs/test_fast_tree.py",
+    "tests/integration/jobs/test_fast_chain.py",
+    "tests/integration/test_ownership.py",
+    "tests/integration/test_spark_cluster.py",
+    "tests/integration/test_objectstore_outage.py",
+    "tests/integration/test_separate_hosts.py",
+    "tests/integration/jobs/test_force_by_cost.py",
+    "tests/integration/test_broker_outage.py",
+    "tests/integration/test_spark_outage.py",
+    "tests/integration/test_history_tables.py",
+    "tests/integration/jobs/test_fast_state.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))
