@@ -54,8 +54,6 @@ from workers.worker.runner import SparkRunner
 pytestmark = pytest.mark.integration
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-CI_EXAMPLES = 1
-EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
 MAX_ROUNDS = 1 if PROFILE == "ci" else 4
 
 A_QUERY = "SELECT id, k1, v, d FROM {base} WHERE v IS NOT NULL OR k1 = 'a'"
@@ -199,7 +197,6 @@ EVERY_CHANGE = Stream(
 
 
 @settings(
-    max_examples=EXAMPLES,
     phases=phases_for_ci(),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

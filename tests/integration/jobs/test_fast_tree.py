@@ -30,7 +30,6 @@ from workers.config import Settings
 pytestmark = pytest.mark.integration
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-EXAMPLES = 1 if PROFILE == "ci" else settings().max_examples
 MAX_MVS, MAX_ROUNDS = (1, 2) if PROFILE == "ci" else (3, 4)
 
 TREE_SHAPES = [
@@ -70,7 +69,6 @@ TREE_SHAPES = [
 
 
 @settings(
-    max_examples=EXAMPLES,
     phases=phases_for_ci(),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
