@@ -11,7 +11,8 @@ through the real jobs on real Spark and Delta (``fast_checks.Scenario``): after 
 holds exactly the multiset its query returns over the bases at its watermark, and the run was
 incremental and names its operators' rules.
 
-Default (``ci`` profile): the explicit example only (``phases_for_ci``): every shape, one MV each,\nunder one stream that has every kind of change.
+Default (``ci`` profile): the explicit example only (``phases_for_ci``): every shape, one MV each,
+under one stream that has every kind of change.
 """
 
 from __future__ import annotations

@@ -203,7 +203,8 @@ def test_a_derived_aggregate_is_a_node_recomputed_by_its_first_group_key() -> No
 
 def test_correlated_and_uncorrelated_scalar_subqueries() -> None:
     root = nested_of(
-        "SELECT t.k FROM t WHERE t.v < (SELECT AVG(u.w) FROM u WHERE u.k = t.k) AND t.v > (SELECT MIN(w) FROM u)"
+        "SELECT t.k FROM t WHERE t.v < (SELECT AVG(u.w) FROM u WHERE u.k = t.k) "
+        "AND t.v > (SELECT MIN(w) FROM u)"
     )
     assert root.keyed == (
         Keyed("__mvs_scan1", "scalar subquery", "k", "__mvs_scan0", "k"),
