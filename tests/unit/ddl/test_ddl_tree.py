@@ -132,7 +132,7 @@ def test_the_plan_record_carries_the_tree() -> None:
         # where its first token sqlglot keeps a place for is (the joined table, the subquery's body)
         ("SELECT t.k FROM t FULL JOIN u ON t.k = u.k", "u ON", "FULL JOIN is not yet FAST"),
         ("SELECT k FROM t WHERE k IN (SELECT u.k FROM u LIMIT 2)", "2)", "LIMIT in a subquery"),
-        ("SELECT g, SUM(v) AS s FROM t GROUP BY g HAVING SUM(v) > (SELECT MAX(w) FROM u)", None, "HAVING"),
+        ("SELECT t.k FROM t RIGHT JOIN u ON t.k = u.k", "u ON", "RIGHT JOIN is not yet FAST"),
         ("WITH x AS (SELECT k FROM t) SELECT x.k, v FROM x JOIN t USING (k) LIMIT 3", None, "LIMIT"),
         ("SELECT DISTINCT COUNT(*) AS n FROM t JOIN u USING (k)", None, "DISTINCT over an aggregate"),
     ],
@@ -217,6 +217,19 @@ def test_a_left_join_is_keyed_by_its_on_equality_left_to_right() -> None:
     assert root.keyed == (Keyed("__mvs_scan1", "left outer join", "k", "__mvs_scan0", "k"),)
     assert root.left_keys == (JoinKey("__mvs_scan0", "k", "__mvs_scan1", "k"),)
     assert root.lineage == (("k", "__mvs_scan0", "k"),)  # u.w can be NULL-padded: no lineage
+
+
+def test_a_subquery_in_having_is_a_filter_block_above_the_aggregate() -> None:
+    tree = tree_of(
+        "SELECT d.g, d.s FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g HAVING SUM(v) > "
+        "(SELECT MAX(w) FROM u)) d"
+    )
+    assert tree.root is not None
+    (filtered,) = [n for n in tree.root.inputs if isinstance(n, Block)]
+    assert "`__mvs_having`.`__mvs_h0` > (SELECT MAX(" in filtered.sql
+    (node,) = [n for n in filtered.inputs if isinstance(n, Aggregate)]
+    assert "SUM(`__mvs_a0`) AS `__mvs_h0`" in node.sql  # the HAVING's aggregate, a hidden column
+    assert [k.operator for k in filtered.keyed] == ["scalar subquery"]
 
 
 def test_count_distinct_at_the_top_is_recomputed_by_group_and_merged_as_rows() -> None:

@@ -110,6 +110,9 @@ class Builder:
     def select(self, body: exp.Select) -> Block | Aggregate:
         """A derived table's SELECT as its node."""
         distinct = distinct_as_group_by(body)
+        having = body.args.get("having")
+        if having is not None and having.find(exp.Query) is not None:
+            return self.block(having_as_filter(body))  # a filter above the aggregate
         if is_aggregate(body):
             return self.aggregate(body, distinct)
         return self.block(body)
@@ -117,10 +120,6 @@ class Builder:
     def aggregate(self, body: exp.Select, distinct: bool) -> Aggregate:
         """A GROUP BY (or DISTINCT) recomputed by group over its input block."""
         view, input_view = self._view(), self._view()
-        if body.args.get("having") is not None and body.args["having"].find(exp.Query) is not None:
-            raise NotEligible(
-                "a subquery in HAVING is not yet FAST; filter in an outer query", body.args["having"]
-            )
         split = split_aggregate(body, input_view, planned=False)
         inner = body.copy()
         inner.set("expressions", split.input_items)

@@ -21,16 +21,12 @@ block recomputed for the keys their change reaches (``keyed``).
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from workers.ddl.tree.values import Block, Keyed, Node, Scan
 from workers.jobs.fast.join import narrowed
-from workers.jobs.fast.operators.keyed import KEY, Signed
-
-if TYPE_CHECKING:
-    from workers.jobs.fast.operators.nodes import Evaluation
+from workers.jobs.fast.operators.keyed import KEY, Evaluation, Signed
 
 
 def block_delta(ev: Evaluation, block: Block) -> Signed | None:

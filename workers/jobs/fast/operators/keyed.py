@@ -13,14 +13,12 @@ node is recomputed whole, before and after.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from workers.ddl.tree.values import Aggregate
-
-if TYPE_CHECKING:
-    from workers.jobs.fast.operators.nodes import Evaluation
+from workers.ddl.tree.values import Aggregate, Node
+from workers.jobs.fast.operators.scan import ScanFrames
 
 KEY = "__mvs_key"  # the one column of a set of key values
 
@@ -34,6 +32,24 @@ class Keys:
 
     frame: DataFrame
     rows: int
+
+
+class Evaluation(Protocol):
+    """What a rule asks of the run's nodes (``nodes.Evaluation``: rows at a version, changes, key
+    values, restricted rows; the block's SQL over its inputs' frames)."""
+
+    @property
+    def frames(self) -> ScanFrames: ...
+
+    def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame: ...
+
+    def at(self, node: Node, new: bool) -> DataFrame: ...
+
+    def delta(self, node: Node) -> Signed | None: ...
+
+    def keys(self, node: Node, column: str) -> Keys: ...
+
+    def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame: ...
 
 
 def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
