@@ -239,14 +239,17 @@ def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harn
     create_table(h.spark, h.settings, "pipe", order_rows(0, 12), ORDERS_SCHEMA)
     mark = h.mark()
     # One script, nothing waited for between statements: pipe_b reads pipe_a before pipe_a is built,
-    # and the MV log on pipe_a is created before its table exists.
+    # and the MV log on pipe_a is created before its table exists. pipe_a has no schedule of its own:
+    # pipe_b's ON CHANGE drives it (TARGET LAG DOWNSTREAM).
     for statement in (
         "CREATE MATERIALIZED VIEW LOG ON pipe",
-        f"CREATE MATERIALIZED VIEW pipe_a REFRESH FAST ON CHANGE AS {PIPE_A}",
+        f"CREATE MATERIALIZED VIEW pipe_a REFRESH FAST TARGET LAG DOWNSTREAM AS {PIPE_A}",
         "CREATE MATERIALIZED VIEW LOG ON pipe_a",
         f"CREATE MATERIALIZED VIEW pipe_b REFRESH FAST ON CHANGE AS {PIPE_B}",
     ):
         h.ok(statement)
+    a = h.task("mv:pipe_a")
+    assert a is not None and a["mv"]["driven_by"] == {"kind": "ON_CHANGE", "interval_ms": None}, a
     built = h.wait_run("mv:pipe_a", states={"COMPLETED"})
     # Until then pipe_b only waited (said why), and never failed.
     h.wait_run("mvlog:pipe_a", states={"COMPLETED"})  # the log captures: pipe_a's change data feed is on
