@@ -36,6 +36,7 @@ from deltalake import write_deltalake
 
 from bench.common import broker, percentile, report
 from tests.support.cluster import wait_until
+from tests.support.cuts import inconsistent_cuts
 from tests.support.processes import Fleet, Tail
 from workers import warehouse
 from workers.client import MvsClient
@@ -164,27 +165,6 @@ def _round(graph: Graph, count: int) -> dict[str, float]:
     return {"end_to_end_ms": current, "chain_runs_ms": chain_sum, "fast": float(fast)}
 
 
-def _cuts(graph: Graph) -> tuple[int, list[str]]:
-    """Every commit of ``share``: the versions of big and by_customer it read reflect one version of
-    orders, the one it says it reflects. The number of commits checked, and the inconsistent ones."""
-    from workers.jobs.delta import log as deltalog
-
-    checked, wrong = 0, []
-    for commit in deltalog.iter_commits(None, graph.settings, "share"):
-        mark = read_watermark(None, graph.settings, "share", at=commit.version)
-        if mark is None or mark.delta_version != commit.version:
-            continue
-        sides = {
-            upstream: read_watermark(None, graph.settings, upstream, at=mark.watermark[upstream])
-            for upstream in ("big", "by_customer")
-        }
-        seen = {name: side.reflects.get("orders") if side else None for name, side in sides.items()}
-        checked += 1
-        if len(set(seen.values())) != 1 or seen["big"] != mark.reflects.get("orders"):
-            wrong.append(f"share v{commit.version}: reflects {mark.reflects}, read {seen}")
-    return checked, wrong
-
-
 def _differences(settings: Settings) -> list[str]:
     """Each MV against its query over its inputs at its watermark (Spark, after the fleet stopped)."""
     from workers.jobs import get_spark, stop_spark
@@ -231,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             graph.append(count)
             time.sleep(1.0)
         graph.reached(graph.version("orders"))
-        checked, wrong_cuts = _cuts(graph)
+        checked, wrong_cuts = inconsistent_cuts(settings, "share", ("big", "by_customer"), "orders")
     finally:
         graph.close()
         stop_broker()
