@@ -14,6 +14,7 @@ equality of the changed occurrence is narrowed to the keys its change rows hold
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import DataFrame
@@ -22,8 +23,9 @@ from pyspark.sql import functions as F
 from workers.ddl.tree.values import TreePlan
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
-from workers.jobs.fast.join import narrowed
+from workers.jobs.fast.join import CHANGE_TYPE, narrowed, signed_delta
 from workers.jobs.fast.operators.scan import ScanFrames
+from workers.jobs.spark.columns import q
 
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -39,6 +41,33 @@ def block_delta(
 ) -> DataFrame | None:
     """Σ_i over the changed occurrences of the block with occurrence i's change rows of
     ``change_types`` (the rows the block gains, or loses); None when no scan changed."""
+
+    def rows(read: DataFrame) -> DataFrame:
+        return read.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
+
+    return _terms(scope, tree, frames, tree.block_sql, rows)
+
+
+def block_signed_delta(scope: apply.Scope, tree: TreePlan, frames: ScanFrames) -> DataFrame | None:
+    """Σ_i over the changed occurrences of the block with occurrence i's change rows of both signs,
+    each output row with the ``_change_type`` of the change row it came from: one query per changed
+    occurrence, reading the other scans once rather than once per sign. None when no scan changed."""
+    head = "SELECT "  # the block is sqlglot's rendering of a plain SELECT (its projection is linear)
+    assert tree.block_sql.startswith(head) and not tree.block_sql.startswith(f"{head}DISTINCT ")
+    signed_sql = f"{head}{q(CHANGE_TYPE)} AS _change_type, {tree.block_sql.removeprefix(head)}"
+    found = _terms(scope, tree, frames, signed_sql, signed_delta)
+    return None if found is None else found.drop(CHANGE_TYPE)  # a ``*`` of the block selects it too
+
+
+def _terms(
+    scope: apply.Scope,
+    tree: TreePlan,
+    frames: ScanFrames,
+    sql: str,
+    rows: Callable[[DataFrame], DataFrame],
+) -> DataFrame | None:
+    """Σ_i ``sql`` over scan i bound to ``rows`` of its change rows, the scans before it at the
+    pinned version and after it at the watermark."""
     terms = []
     for index, scan in enumerate(tree.scans):
         read = frames.reads.get(scan.table)
@@ -58,7 +87,6 @@ def block_delta(
                     tables[view] = narrowed(
                         tables[view], column, read.frame, mine[1], nulls=False, rows=read.rows
                     )
-        mine_rows = read.frame.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
-        tables[scan.view] = mine_rows
-        terms.append(run_query(scope.session, scope.settings, tree.block_sql, tables, mv_name=scope.mv_name))
+        tables[scan.view] = rows(read.frame)
+        terms.append(run_query(scope.session, scope.settings, sql, tables, mv_name=scope.mv_name))
     return reduce(DataFrame.unionByName, terms) if terms else None

@@ -16,14 +16,13 @@ from dataclasses import replace
 from functools import reduce
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from workers.ddl.tree.values import INPUT_VIEW, TreePlan
 from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.inputs import base_input
-from workers.jobs.fast.operators.inner_join import block_at_new, block_delta
+from workers.jobs.fast.operators.inner_join import block_at_new, block_delta, block_signed_delta
 from workers.jobs.fast.operators.scan import ScanFrames, scan_frames
 
 
@@ -65,10 +64,8 @@ def _projection(
 def _aggregate(scope: apply.Scope, tree: TreePlan, frames: ScanFrames, state: StateStore) -> apply.Change:
     plan, query = tree.aggregate, tree.aggregate_sql
     assert plan is not None and query is not None and plan.base_table == INPUT_VIEW
-    gained, lost = _signed(scope, tree, frames)
-    rows = gained.withColumn("_change_type", F.lit("insert")).unionByName(
-        lost.withColumn("_change_type", F.lit("delete"))
-    )
+    rows = block_signed_delta(scope, tree, frames)
+    assert rows is not None, "a run has at least one changed base"
     block = block_at_new(scope, tree, frames)
     mv = scope.mv_frame()
     if plan.kind == "aggregate_having":
