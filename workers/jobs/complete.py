@@ -19,7 +19,6 @@ from workers.jobs.delta.metadata import (
     CommitId,
     MvWatermark,
     decode_user_metadata,
-    encode_user_metadata,
     txn_version,
 )
 from workers.jobs.request import RunRequest
@@ -92,9 +91,7 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             groups.check_cancelled(request.job_group)
-            metadata = encode_user_metadata(
-                request.task_id, request.epoch, request.run_id, request.watermark, request.reflects
-            )
+            metadata = request.user_metadata(request.watermark)
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta import write
-from workers.jobs.delta.metadata import CommitId, encode_user_metadata, txn_version
+from workers.jobs.delta.metadata import CommitId, txn_version
 from workers.jobs.delta.write import Target
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change
@@ -69,9 +69,7 @@ class RunCommit:
         if change.state is not None:
             step("commit the helper state")
             state.commit(change.state, request, watermark, version)
-        metadata = encode_user_metadata(
-            request.task_id, request.epoch, request.run_id, watermark, request.reflects
-        )
+        metadata = request.user_metadata(watermark)
         mv_commit = CommitId(request.task_id, version, metadata)
         step(f"commit ({change.plan})")
         if change.merge is None:
