@@ -11,7 +11,7 @@ the run exits 1).
 Per query: accepted by the analysis, how its runs went (FAST, or COMPLETE and the reason the run
 message gives), FAST p50, COMPLETE p50, their ratio, Spark jobs (p50) of each side.
 
-    .venv/bin/python -m bench.tpch [--sf 1] [--rounds 2] [--queries q01,q06]
+    .venv/bin/python -m bench.tpch [--sf 1] [--rounds 2] [--queries q01,q06] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of RF1 + RF2, each refreshed and timed")
     parser.add_argument("--queries", default="", help="a subset, e.g. q01,q06 (default: all 22)")
+    parser.add_argument(
+        "--data-dir", default=None, help="keep dbgen's files here, and reuse them (same --sf and --rounds)"
+    )
     args = parser.parse_args(argv)
     settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(prefix="mvs-tpch-"))
     spark = get_spark(settings)
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = {name: queries[name] for name in args.queries.split(",")}
 
     started = time.perf_counter()
-    tpch = data.generate(spark, settings, args.sf, args.rounds)
+    tpch = data.generate(spark, settings, args.sf, args.rounds, folder=args.data_dir)
     print(
         f"SF {args.sf:g}: generated and loaded in {time.perf_counter() - started:.0f} s; "
         f"RF1 and RF2 {tpch.per_round:,} orders each per round, {args.rounds} rounds"

@@ -16,8 +16,9 @@ Used by ``bench.tpch`` and ``tests/integration/test_tpch.py``.
 
 from __future__ import annotations
 
+import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ from workers.jobs import create_mv_log
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 REFRESH_FRACTION = 0.001  # of the orders, per refresh function and round (TPC-H's 0.1 %)
+# The tables' layout, as a user lays out tables read by key: each sorted by its key and written in
+# files of at most FILE_ROWS rows, so a filter on a range of keys reads the few files holding it
+# (Delta skips the others by their min/max statistics). Unsorted, a change's keys span every file.
+CLUSTERED_BY = {
+    "orders": "o_orderkey",
+    "lineitem": "l_orderkey",
+    "customer": "c_custkey",
+    "part": "p_partkey",
+    "partsupp": "ps_partkey",
+    "supplier": "s_suppkey",
+}
+FILE_ROWS = 100_000
+MANIFEST = "MANIFEST.json"  # what a folder of dbgen's files holds (scale factor, rounds, keys)
 
 
 def _connect_dbgen() -> Any:
@@ -70,9 +84,40 @@ class TpchData:
 
 def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str | None = None) -> TpchData:
     """dbgen at scale factor ``sf``, loaded into the warehouse of ``settings`` as the eight TPC-H
-    tables with their MV logs, holding back RF1's orders for ``rounds`` rounds."""
+    tables with their MV logs, holding back RF1's orders for ``rounds`` rounds. ``folder`` keeps
+    dbgen's Parquet files: a folder that holds them for the same ``sf`` and ``rounds`` (its
+    ``MANIFEST``) is loaded again without running dbgen (SF 1 takes minutes to generate)."""
     parquet = Path(folder or tempfile.mkdtemp(prefix="mvs-tpch-"))
     parquet.mkdir(parents=True, exist_ok=True)
+    keys, per_round = _kept(parquet, sf, rounds) or _dbgen(parquet, sf, rounds)
+    for name in TABLES:
+        source = spark.read.parquet(str(parquet / f"{name}.parquet"))
+        if name in CLUSTERED_BY:
+            source = source.orderBy(CLUSTERED_BY[name])
+        path = warehouse.table_path(settings, name)
+        writer = source.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        writer.option("maxRecordsPerFile", FILE_ROWS).save(path)
+        create_mv_log(spark, settings, name)
+    return TpchData(settings, sf, parquet, keys, per_round)
+
+
+def _kept(parquet: Path, sf: float, rounds: int) -> tuple[RefreshKeys, int] | None:
+    """The refresh keys of dbgen's files kept in ``parquet`` for ``sf`` and ``rounds``, if it holds them."""
+    manifest = parquet / MANIFEST
+    if not manifest.exists():
+        return None
+    kept = json.loads(manifest.read_text())
+    if kept["sf"] != sf or kept["rounds"] != rounds:
+        return None
+    keys = RefreshKeys(
+        inserted=tuple((lo, hi) for lo, hi in kept["inserted"]),
+        deleted=tuple((lo, hi) for lo, hi in kept["deleted"]),
+    )
+    return keys, int(kept["per_round"])
+
+
+def _dbgen(parquet: Path, sf: float, rounds: int) -> tuple[RefreshKeys, int]:
+    """dbgen's tables written to ``parquet`` (RF1's held-back orders apart), with their ``MANIFEST``."""
     db = _connect_dbgen()
     db.execute(f"CALL dbgen(sf={sf})")
     total = db.execute("SELECT count(*) FROM orders").fetchone()[0]
@@ -95,12 +140,9 @@ def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str
     for name, select in exports.items():
         db.execute(f"COPY ({select}) TO '{parquet / name}.parquet' (FORMAT parquet)")
     db.close()
-    for name in TABLES:
-        source = spark.read.parquet(str(parquet / f"{name}.parquet"))
-        path = warehouse.table_path(settings, name)
-        source.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
-        create_mv_log(spark, settings, name)
-    return TpchData(settings, sf, parquet, keys, per_round)
+    manifest = {"sf": sf, "rounds": rounds, "per_round": per_round, **asdict(keys)}
+    (parquet / MANIFEST).write_text(json.dumps(manifest))
+    return keys, per_round
 
 
 def rf1(spark: Any, data: TpchData, round_: int) -> None:

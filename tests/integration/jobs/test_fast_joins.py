@@ -41,16 +41,20 @@ AGGREGATE = (
 )
 
 
-@pytest.fixture(params=["keys as a filter", "keys by semi-join, frames on the executors"])
+@pytest.fixture(params=["keys as a filter", "keys as ranges, frames on the executors", "keys by semi-join"])
 def narrowing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A test that takes it runs two ways: the change rows' join keys pushed into the other side's
-    read as values, the small frames held on the driver; and (as for a large change set) the keys as
-    a semi-join (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors. (The others run the
-    first way only: they test shapes, not the narrowing. Frames on the executors under a rewrite
-    merge: tests/integration/jobs/test_fast_plans.py.)"""
+    """A test that takes it runs three ways: the change rows' join keys pushed into the other side's
+    read as values, the small frames held on the driver; (as for a large change set) the keys as
+    ranges of values (past ``KEY_FILTER_LIMIT``) and the frames kept on the executors; and the keys
+    as a semi-join (past ``RANGE_KEYS_LIMIT`` too). (The others run the first way only: they test
+    shapes, not the narrowing. Frames on the executors under a rewrite merge:
+    tests/integration/jobs/test_fast_plans.py.)"""
     if request.param != "keys as a filter":
         monkeypatch.setattr(incremental_join, "KEY_FILTER_LIMIT", 0)
+    if request.param == "keys as ranges, frames on the executors":
         monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", 0)
+    if request.param == "keys by semi-join":
+        monkeypatch.setattr(incremental_join, "RANGE_KEYS_LIMIT", 0)
     return str(request.param)
 
 

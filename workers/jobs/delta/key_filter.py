@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -128,3 +129,38 @@ def narrowed_by_values(
     if found is None or not found.complete:
         return None
     return frame.where(found.on())
+
+
+# Key types whose values are ordered the same on the driver as by Spark, and have a distance.
+RANGE_TYPES = (IntegralType, DateType)
+
+
+def value_spans(points: Sequence[int], most: int) -> list[tuple[int, int]]:
+    """At most ``most`` inclusive ranges (low, high) of ``points`` together holding every one of them,
+    split where consecutive distinct points are furthest apart (ties: the earlier gap)."""
+    ordered = sorted(set(points))
+    if not ordered:
+        return []
+    widest = sorted(range(1, len(ordered)), key=lambda i: ordered[i - 1] - ordered[i])[: max(0, most - 1)]
+    cuts = sorted(widest)
+    return [(ordered[lo], ordered[hi - 1]) for lo, hi in zip([0, *cuts], [*cuts, len(ordered)], strict=True)]
+
+
+def key_ranges(column: Column, dtype: DataType, values: Sequence[object], most: int) -> Column | None:
+    """``column`` within one of at most ``most`` ranges spanning the non-NULL ``values``
+    (``value_spans``): a superset of the rows equal to a value, and a filter Delta skips data files
+    by (a table clustered by the column keeps far fewer files than the values' one min..max span,
+    e.g. inserted keys at the top of the key range and deleted ones at its bottom). None when the
+    type has no such order, or there are no values."""
+    if not isinstance(dtype, RANGE_TYPES):
+        return None
+    dates = isinstance(dtype, DateType)
+    points = [v.toordinal() if dates else v for v in values if v is not None]  # type: ignore[attr-defined]
+    spans = value_spans(points, most)  # type: ignore[arg-type]
+    if not spans:
+        return None
+
+    def value(point: int) -> Column:
+        return F.lit(date.fromordinal(point) if dates else point).cast(dtype)
+
+    return reduce(lambda a, b: a | b, [column.between(value(lo), value(hi)) for lo, hi in spans])

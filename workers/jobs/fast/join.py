@@ -35,17 +35,23 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import read_at, run_query
 from workers.jobs.delta import arrow as rs_arrow
-from workers.jobs.delta.key_filter import narrowed_by_values
+from workers.jobs.delta.key_filter import key_ranges, narrowed_by_values
 from workers.jobs.fast import append as incremental_append
 from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.inputs import InputAtV
 from workers.jobs.request import RunRequest
 from workers.jobs.spark.columns import col, q
 
-# The most distinct key values pushed into a read as a filter; more are a semi-join instead.
+# The most distinct key values pushed into a read as a filter; more are ranges of them instead
+# (``key_ranges``: at most ``KEY_RANGES``, when their type is ordered and there are at most
+# ``RANGE_KEYS_LIMIT`` key rows), else a semi-join with them.
 KEY_FILTER_LIMIT = 1000
+KEY_RANGES = 32
+RANGE_KEYS_LIMIT = 100_000
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 _KEY = "__mvs_key"  # a helper column (incremental_apply's prefix): never reaches the MV
+# A term's change rows' ``_change_type``, under a name no base has (``signed_delta``).
+CHANGE_TYPE = "__mvs_change_type"
 
 Ranges = Mapping[str, tuple[int, int]]
 Tables = dict[str, DataFrame]
@@ -146,6 +152,22 @@ def _terms(bases: _Bases, change_types: tuple[str, ...], rows: Callable[[Tables]
     return reduce(DataFrame.unionByName, terms)
 
 
+def signed_delta(delta: DataFrame) -> DataFrame:
+    """``ΔT_i``'s rows of both signs as a term's input: their change type kept as ``CHANGE_TYPE`` (no
+    base has that column, so the term's query can select it unqualified), the other CDF columns
+    dropped."""
+    return delta.withColumnRenamed("_change_type", CHANGE_TYPE).drop(*_CHANGE_COLUMNS)
+
+
+def _signed_terms(bases: _Bases, rows: Callable[[Tables], DataFrame]) -> DataFrame:
+    """Σ_i rows(bases before i at new, ΔT_i's rows of both signs, bases after i at old): one query
+    per changed base, so each term reads the other bases once, not once per sign."""
+    terms = [
+        rows({**tables, base: signed_delta(bases.deltas[base])}) for base, tables in bases.others.items()
+    ]
+    return reduce(DataFrame.unionByName, terms).drop(CHANGE_TYPE)
+
+
 @dataclass(frozen=True)
 class JoinedInputs:
     """A join aggregate's change as rows of the join: ``rows`` holds the columns its keys and
@@ -173,17 +195,13 @@ def joined_inputs(
     columns = [f"{i.sql} AS {q(i.name)}" for i in plan.inputs] or [f"TRUE AS {q(_KEY)}"]
     inputs_sql = f"SELECT {', '.join(columns)} {plan.source}"
 
-    def signed_inputs(kind: str) -> Callable[[Tables], DataFrame]:
-        def rows(tables: Tables) -> DataFrame:
-            found = run_query(session, settings, inputs_sql, tables, mv_name=request.mv_name)
-            return found.withColumn("_change_type", F.lit(kind))
+    signed_sql = f"SELECT {', '.join(columns)}, {q(CHANGE_TYPE)} AS _change_type {plan.source}"
 
-        return rows
+    def signed_inputs(tables: Tables) -> DataFrame:
+        return run_query(session, settings, signed_sql, tables, mv_name=request.mv_name)
 
     new = bases.new
-    joined = _terms(bases, apply.INSERT_TYPES, signed_inputs("insert")).unionByName(
-        _terms(bases, apply.DELETE_TYPES, signed_inputs("delete"))
-    )
+    joined = _signed_terms(bases, signed_inputs)
     inputs = {i.name: i for i in plan.inputs}
 
     def groups_at_v(wanted: DataFrame | None) -> DataFrame:
@@ -217,7 +235,9 @@ def narrowed(
     a superset of the rows an equality with those keys can use, the only rows a term needs. A ``held``
     frame (on the driver, small) is narrowed by a list of values or not at all: a semi-join with many
     keys costs more jobs than it saves there. ``rows``: ``keys``' rows (or more), when known: past
-    ``KEY_FILTER_LIMIT`` no list of values is collected (it could not be one)."""
+    ``KEY_FILTER_LIMIT`` no list of values is collected (it could not be one), but up to
+    ``RANGE_KEYS_LIMIT`` the values' ranges are (``key_ranges``: files skipped by their statistics,
+    and no broadcast job; the term's own join matches exactly)."""
     wanted = keys.select(F.col(q(key)).alias(_KEY))
     if not nulls:
         wanted = wanted.where(F.col(_KEY).isNotNull())
@@ -227,6 +247,12 @@ def narrowed(
     found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT, rows)
     if found is not None or held:
         return found if found is not None else frame
+    same_type = wanted.schema[_KEY].dataType == target.dataType
+    if same_type and rows is not None and rows <= RANGE_KEYS_LIMIT:  # values to the driver (held: no job)
+        values = [row[0] for row in wanted.collect()]
+        spans = key_ranges(F.col(q(target.name)), target.dataType, values, KEY_RANGES)
+        if spans is not None:
+            return frame.where(spans | F.col(q(target.name)).isNull() if None in values else spans)
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")
