@@ -166,10 +166,10 @@ def landed(
 
 
 def drop_mv_table(settings: Settings, mv_name: str) -> None:
-    """Delete the MV table folder, its helper state's (``<mv>__mvstate``; cancel its runs first) and
-    its MV log's (``<mv>__mlog``: dropped with the MV, whichever of the two tasks goes first). No-op
-    for what does not exist."""
-    names = (mv_name, warehouse.state_table_name(mv_name), warehouse.mlog_table_name(mv_name))
+    """Delete the MV table folder, its helper tables' (``warehouse.helper_tables``; cancel its runs
+    first) and its MV log's (``<mv>__mlog``: dropped with the MV, whichever of the two tasks goes
+    first). No-op for what does not exist."""
+    names = (mv_name, *warehouse.helper_tables(mv_name), warehouse.mlog_table_name(mv_name))
     for name in names:
         warehouse.delete_table(settings, name)
         deltalog.forget_table(settings, name)
