@@ -90,6 +90,16 @@ def top_n_difference(got: Sequence[tuple[Any, ...]], ranked: Sequence[RankedRow]
     return "; ".join(problems) or None
 
 
+def ranked_rows(session: Any, top: TopN) -> list[RankedRow]:
+    """The rows of a top-N query's inner query in ``session`` (its views are the bases at the
+    watermark), each with its rank and tie group end by the query's ORDER BY."""
+    ranked = session.sql(
+        f"SELECT *, rank() OVER (ORDER BY {top.order_by}) AS __mvs_rank, "
+        f"count(*) OVER (ORDER BY {top.order_by}) AS __mvs_upto FROM ({top.inner_query}) AS q"
+    )
+    return [(tuple(r)[:-2], r["__mvs_rank"], r["__mvs_upto"]) for r in ranked.collect()]
+
+
 # ------------------------------------------------------- helper state (issue 10, item 1: helper state)
 def reads_no_base(query: str, message: str) -> bool:
     """An aggregate without MIN/MAX is refreshed from its deltas, its own columns and its helper state:
@@ -250,12 +260,7 @@ class Scenario:
         if top is None:
             difference = multiset_difference(got, [tuple(r) for r in expected.collect()])
         else:  # ties at the boundary: one of the valid top n
-            ranked = self.oracle.sql(
-                f"SELECT *, rank() OVER (ORDER BY {top.order_by}) AS __mvs_rank, "
-                f"count(*) OVER (ORDER BY {top.order_by}) AS __mvs_upto FROM ({top.inner_query}) AS q"
-            )
-            rows = [(tuple(r)[:-2], r["__mvs_rank"], r["__mvs_upto"]) for r in ranked.collect()]
-            difference = top_n_difference(got, rows, top.limit)
+            difference = top_n_difference(got, ranked_rows(self.oracle, top), top.limit)
         assert difference is None, f"{mv} at {watermark}: {difference}\n{self.story(mv)}"
 
     def watermark(self, mv: str) -> dict[str, int]:

@@ -9,7 +9,9 @@ real jobs on real Spark and Delta (``fast_checks.Scenario``): after every refres
 the valid top n of its query over the bases at its watermark (tie-aware: ``top_n_difference``), and
 the run was incremental and says "top-N over maintained state (<inner rule>)".
 
-Default (``ci`` profile): only the explicit example (``phases_for_ci``).
+Default (``ci`` profile): only the explicit examples (``phases_for_ci``): a one-table aggregate under
+``EVERYTHING`` and the join aggregate under ``JOINED``; the join projection and the tree's shape join
+them in the generated examples of the long profile (each example costs minutes of real Spark).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.jobs.test_fast_properties import JOINED, run_stream, warehouse_settings  # noqa: F401
+from tests.integration.jobs.test_fast_properties import (  # noqa: F401
+    EVERYTHING,
+    JOINED,
+    run_stream,
+    warehouse_settings,
+)
 from tests.support.fast_checks import phases_for_ci
 from tests.support.fast_shapes import Shape
 from tests.support.fast_streams import Stream, streams
@@ -32,6 +39,13 @@ pytestmark = pytest.mark.integration
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 MAX_MVS, MAX_ROUNDS = (1, 2) if PROFILE == "ci" else (3, 4)
 
+# Over a one-table aggregate with helper state (AVG): the rows table keeps its own __mvstate.
+ONE_TABLE_SHAPES = [
+    Shape(
+        "top_n",
+        "SELECT k1, COUNT(*) AS n, SUM(v) AS s, AVG(d) AS av FROM {t} GROUP BY k1 ORDER BY n DESC, s LIMIT 2",
+    ),
+]
 TOP_N_SHAPES = [
     # Over a join aggregate (TPC-H Q3 / Q10's form): groups move in and out of the top 2.
     Shape(
@@ -61,11 +75,15 @@ TOP_N_SHAPES = [
     phases=phases_for_ci(),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@example(case=(TOP_N_SHAPES, JOINED))
+@example(case=(ONE_TABLE_SHAPES, EVERYTHING))
+@example(case=(TOP_N_SHAPES[:1], JOINED))
 @given(
-    case=st.tuples(
-        st.lists(st.sampled_from(TOP_N_SHAPES), min_size=1, max_size=MAX_MVS, unique=True),
-        streams(MAX_ROUNDS, 3),
+    case=st.one_of(
+        st.tuples(st.just(ONE_TABLE_SHAPES), streams(MAX_ROUNDS)),
+        st.tuples(
+            st.lists(st.sampled_from(TOP_N_SHAPES), min_size=1, max_size=MAX_MVS, unique=True),
+            streams(MAX_ROUNDS, 3),
+        ),
     )
 )
 def test_fast_refresh_of_a_top_n_is_one_of_the_query_results_at_its_watermark(
