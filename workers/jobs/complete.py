@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs import top_rows
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import write
 from workers.jobs.delta.metadata import (
@@ -91,6 +92,12 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         pinned = {base: read_at(session, settings, base, version) for base, version in request.pinned.items()}
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
+            fast = request.plan.fast_refresh
+            if fast is not None and fast.top_n is not None and request.mode != "COMPLETE":
+                # The next FAST run maintains the top-N's rows (``top_rows``): written here, the MV
+                # is their top n, and that run need not rebuild them.
+                top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
+                frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)
             groups.check_cancelled(request.job_group)
             metadata = encode_user_metadata(
                 request.task_id, request.epoch, request.run_id, request.watermark, request.reflects
@@ -98,8 +105,8 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:
-            for base in pinned:
-                session.catalog.dropTempView(base)
+            for view in [*pinned, top_rows.ROWS_VIEW]:
+                session.catalog.dropTempView(view)
         result = landed(spark, settings, request, mv_version_before, before)
     return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
 

@@ -10,8 +10,10 @@ Trust, as for the helper state (``aggregate.state``): every commit to the rows t
 run (the tag of the MV commit that follows it) and Q's layout; a run uses the table only when its
 newest tagged commit names the run of the MV's newest commit and Q as it is now. Anything else — no
 table yet, a COMPLETE refresh since (it writes only the MV), a crash between the two commits, an
-ALTERed query — and the run rebuilds it: Q over the bases at the pinned versions, overwritten. The
-rows table is committed first, the MV second: only the MV commit makes it trusted.
+ALTERed query — and the run rebuilds it: Q over the bases at the pinned versions, overwritten
+(``workers.jobs.top_rows``; a COMPLETE refresh of a FAST or FORCE top-N MV writes it so too, so the
+FAST run after it trusts it). The rows table is committed first, the MV second: only the MV commit
+makes it trusted.
 """
 
 from __future__ import annotations
@@ -19,31 +21,26 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from pyspark.sql import DataFrame
-
 from workers import warehouse
 from workers.ddl.plan import TopN
-from workers.jobs.complete import read_at, run_query
+from workers.jobs import top_rows
+from workers.jobs.complete import read_at
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta import write
 from workers.jobs.delta.metadata import MvWatermark, decode_user_metadata, json_object
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import StateStore, layout_id
+from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import Change, Scope
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import session as session_module
-
-# The view the top n are selected from (the rows table as the run committed it).
-ROWS_VIEW = "__mvs_top_n_rows"
+from workers.jobs.top_rows import ROWS_VIEW, rebuild_rows, rows_layout
 
 
 @dataclass(frozen=True)
 class InnerRun:
-    """What Q's own rule is given: Q's request (its rows table as the MV), plan, versions and tag."""
+    """What Q's own rule is given: Q's request (its rows table as the MV), versions and tag."""
 
     request: RunRequest
-    top: TopN
     ranges: Mapping[str, tuple[int, int]]
     mv: MvWatermark  # the rows table's newest tag (trusted)
 
@@ -64,19 +61,17 @@ def top_n_change(
     MV's change to their top n, named "top-N over maintained state (<Q's rule>)"."""
     name = warehouse.top_n_table_name(request.mv_name)
     inner_request = replace(request, mv_name=name, query=top.inner_query)
-    layout = layout_id(top.inner_query)
-    commits = RunCommit(scope.session, scope.settings, inner_request, layout)
     watermark = {table: until for table, (_, until) in ranges.items()}
-    trusted = _trusted(scope, name, mv, layout)
+    trusted = _trusted(scope, name, mv, rows_layout(top))
     if trusted is None:
-        inner, shared = _rebuild(scope, inner_request, ranges, commits, watermark), False
+        inner, shared = _rebuild(scope, request, top, ranges, watermark), False
     else:
-        run = InnerRun(inner_request, top, ranges, trusted)
+        commits = RunCommit(scope.session, scope.settings, inner_request, rows_layout(top))
+        run = InnerRun(inner_request, ranges, trusted)
         inner, shared = _maintain(scope, run, commits, watermark, inner_rule)
     scope.step(f"select the top {top.limit}")
-    rows = scope.session.read.format("delta").load(warehouse.table_path(scope.settings, name))
-    selected = f"SELECT * FROM {ROWS_VIEW} ORDER BY {top.order_by} LIMIT {top.limit}"
-    first_n = scope.run_query(selected, ROWS_VIEW, rows)
+    scope.views.add(ROWS_VIEW)
+    first_n = top_rows.first_n(scope.session, scope.settings, request.mv_name, top)
     mv_frame = scope.mv_frame()
     old = scope.mv_rows_by_delta_rs(mv_frame.schema, None)
     old = old if old is not None else scope.mv_snapshot()
@@ -138,19 +133,16 @@ def _maintain(
 def _rebuild(
     scope: Scope,
     request: RunRequest,
+    top: TopN,
     ranges: Mapping[str, tuple[int, int]],
-    commits: RunCommit,
     watermark: Mapping[str, int],
 ) -> Change:
     """Q over the bases at the pinned versions, overwriting the rows table."""
-    session, settings, name = scope.session, scope.settings, request.mv_name
+    session, settings = scope.session, scope.settings
     scope.step("rebuild the top-N state from the bases")
-    bases: dict[str, DataFrame] = {
-        b: read_at(session, settings, b, until) for b, (_, until) in ranges.items()
-    }
+    bases = {b: read_at(session, settings, b, until) for b, (_, until) in ranges.items()}
+    for base, frame in bases.items():
+        frame.createOrReplaceTempView(base)
     scope.views.update(bases)
-    rows = run_query(session, settings, request.query, bases, mv_name=name)
-    write.overwrite(
-        settings, name, deltalog.current_version(session, settings, name), rows, commits.commit_id(watermark)
-    )
+    rebuild_rows(session, settings, request, top, bases, watermark)
     return Change("rebuild", 0, "state rebuilt from the bases")
