@@ -22,7 +22,7 @@ from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
 from workers.ddl.fast_top import top_n_verdict
-from workers.ddl.output_names import check_output_names, output_columns
+from workers.ddl.output_names import output_columns
 from workers.ddl.plan import QueryPlan
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.build import plan_tree
@@ -121,7 +121,6 @@ def analyze_query(
         tree = parse_query(sql)
         tables = base_table_nodes(tree)
         check_constructs(tree, extra)
-        check_output_names(tree)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
         verdict = top_n_verdict(
             tree, sql, lambda inner: _fast_verdict(parse_query(inner), base_tables, inner, columns_of)
