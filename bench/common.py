@@ -5,13 +5,26 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from workers.codec import Record
 from workers.coordinator.handlers import Context, new_task
 from workers.ddl import QueryPlan, plan_record
 from workers.jobs import with_plan
 from workers.status import table
+
+
+def broker(root: Path) -> tuple[str, Callable[[], None]]:
+    """A broker for a benchmark's fleet: ``MVS_BOOTSTRAP_SERVERS`` if set, else an embedded one
+    under ``root``; its bootstrap servers and how to stop it."""
+    external = os.environ.get("MVS_BOOTSTRAP_SERVERS")
+    if external:
+        return external, lambda: None
+    from workers.embedded.broker import EmbeddedKafka, free_port
+
+    started = EmbeddedKafka(root / "kafka", port=free_port(), controller_port=free_port()).start()
+    return started.bootstrap_servers, started.stop
 
 
 def percentile(values: Sequence[float], q: float) -> float:

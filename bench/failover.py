@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import shutil
 import signal
 import sys
@@ -45,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentile, report
+from bench.common import broker, percentile, report
 from tests.support.cluster import wait_until
 from tests.support.processes import Fleet, Role, Tail
 from workers.client import MvsClient
@@ -257,16 +256,6 @@ class Cell:
         self.client.close()
 
 
-def _broker(root: Path) -> tuple[str, Callable[[], None]]:
-    external = os.environ.get("MVS_BOOTSTRAP_SERVERS")
-    if external:
-        return external, lambda: None
-    from workers.embedded.broker import EmbeddedKafka, free_port
-
-    broker = EmbeddedKafka(root / "kafka", port=free_port(), controller_port=free_port()).start()
-    return broker.bootstrap_servers, broker.stop
-
-
 def _create_base_tables(cells: list[Cell]) -> None:
     """The MVs' base table, in each cell's warehouse, from this process's (short-lived) Spark."""
     from workers.demo_tables import create_table
@@ -306,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="mvs-failover-"))
-    bootstrap, stop_broker = _broker(root)
+    bootstrap, stop_broker = broker(root)
     shipped = [Cell(f"{p}/shipped", p, SHIPPED_SESSION_MS, bootstrap, root) for p in ("classic", "consumer")]
     defaults = (
         []

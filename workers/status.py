@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from workers.catalog.specs import DOWNSTREAM
 from workers.records import Record
 from workers.sched.clock import SystemClock
 
@@ -21,13 +22,25 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 WAITING = "waiting for "
 
 
+# Snowflake's trap of a DOWNSTREAM table that nothing reads, made visible.
+IDLE_DOWNSTREAM = (
+    "TARGET LAG DOWNSTREAM, and no MV reading it has a schedule: refreshed only when asked "
+    "(create a reader, or ALTER its schedule)"
+)
+
+
 def _problem(task: Record) -> str:
     """The ERROR column: the task's error, else what it waits for (an MV over an MV not built yet)."""
     error = task.get("error")
     if error:
         return f"{error['code']}: {error['message']}"
     message = (task.get("last_run") or {}).get("message") or ""
-    return message if message.startswith(WAITING) else "-"
+    if message.startswith(WAITING):
+        return message
+    mv = task.get("mv") or {}
+    if task["kind"] == "MV" and mv["trigger"]["kind"] == DOWNSTREAM and mv.get("driven_by") is None:
+        return IDLE_DOWNSTREAM
+    return "-"
 
 
 def _ago(ms: int | None, now_ms: int) -> str:

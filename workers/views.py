@@ -62,6 +62,7 @@ class TaskJson(TypedDict):
     epoch: int
     refresh_mode: str | None
     trigger: TriggerJson | None
+    driven_by: TriggerJson | None  # TARGET LAG DOWNSTREAM: the trigger its readers drive (null: none)
     query: str | None
     base_tables: list[str]
     purge_interval_ms: int | None
@@ -221,6 +222,10 @@ def last_run_json(run: Record | None) -> LastRunJson | None:
     }
 
 
+def _trigger_json(trigger: Record | None) -> TriggerJson | None:
+    return {"kind": trigger["kind"], "interval_ms": trigger.get("interval_ms")} if trigger else None
+
+
 def task_json(task: Record, lag_versions: int | None) -> TaskJson:
     """One catalog entry; ``lag_versions`` from ``workers.status.behind_versions``."""
     mv = task.get("mv") or {}
@@ -234,7 +239,8 @@ def task_json(task: Record, lag_versions: int | None) -> TaskJson:
         "owner": task.get("owner"),
         "epoch": task["epoch"],
         "refresh_mode": mv.get("refresh_mode"),
-        "trigger": {"kind": trigger["kind"], "interval_ms": trigger.get("interval_ms")} if trigger else None,
+        "trigger": _trigger_json(trigger),
+        "driven_by": _trigger_json(mv.get("driven_by")),
         "query": mv.get("query"),
         "base_tables": list(mv.get("base_tables") or ([mv_log["base_table"]] if mv_log else [])),
         "purge_interval_ms": mv_log.get("purge_interval_ms"),

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import wait_until
+from tests.support.cuts import inconsistent_cuts
 from tests.support.fleet import (
     BIG_ROWS,
     BIG_SCHEMA,
@@ -220,10 +221,21 @@ def test_lifecycle_preconditions_through_the_users_path(
 # -- pipelines of MVs (issue 29) -------------------------------------------------------------------
 PIPE_A = "SELECT id, region, amount FROM pipe WHERE amount > 12"
 PIPE_B = "SELECT region, sum(amount) AS total, count(*) AS n FROM pipe_a GROUP BY region"
+# A fan-in: two MVs of one base read together, each run at one consistent cut of pipe.
+PIPE_C = "SELECT a.id, a.amount, b.total FROM pipe_a a JOIN pipe_b b ON a.region = b.region"
 PIPE_B_OVER_BASE = (
     "SELECT region, sum(amount) AS total, count(*) AS n FROM "
     "(SELECT id, region, amount FROM pipe WHERE amount > 12) GROUP BY region"
 )
+
+
+PIPELINE = ("mv:pipe_a", "mv:pipe_b", "mv:pipe_c")
+
+
+def _pipeline_current(h: Harness) -> bool:
+    """Each MV of the pipeline reflects the newest version of each table it reads."""
+    reads = {"mv:pipe_a": ("pipe",), "mv:pipe_b": ("pipe_a",), "mv:pipe_c": ("pipe_a", "pipe_b")}
+    return all(caught_up(h, task, table) for task, tables in reads.items() for table in tables)
 
 
 def _rows_at(h: Harness, query: str, at: dict[str, int]) -> list[tuple[Any, ...]]:
@@ -239,21 +251,23 @@ def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harn
     create_table(h.spark, h.settings, "pipe", order_rows(0, 12), ORDERS_SCHEMA)
     mark = h.mark()
     # One script, nothing waited for between statements: pipe_b reads pipe_a before pipe_a is built,
-    # and the MV log on pipe_a is created before its table exists.
+    # and the MV log on pipe_a is created before its table exists. pipe_a has no schedule of its own:
+    # pipe_b's ON CHANGE drives it (TARGET LAG DOWNSTREAM).
     for statement in (
         "CREATE MATERIALIZED VIEW LOG ON pipe",
-        f"CREATE MATERIALIZED VIEW pipe_a REFRESH FAST ON CHANGE AS {PIPE_A}",
+        f"CREATE MATERIALIZED VIEW pipe_a REFRESH FAST TARGET LAG DOWNSTREAM AS {PIPE_A}",
         "CREATE MATERIALIZED VIEW LOG ON pipe_a",
         f"CREATE MATERIALIZED VIEW pipe_b REFRESH FAST ON CHANGE AS {PIPE_B}",
+        "CREATE MATERIALIZED VIEW LOG ON pipe_b",
+        f"CREATE MATERIALIZED VIEW pipe_c REFRESH FAST ON CHANGE AS {PIPE_C}",
     ):
         h.ok(statement)
+    a = h.task("mv:pipe_a")
+    assert a is not None and a["mv"]["driven_by"] == {"kind": "ON_CHANGE", "interval_ms": None}, a
     built = h.wait_run("mv:pipe_a", states={"COMPLETED"})
     # Until then pipe_b only waited (said why), and never failed.
     h.wait_run("mvlog:pipe_a", states={"COMPLETED"})  # the log captures: pipe_a's change data feed is on
-    wait_until(
-        lambda: caught_up(h, "mv:pipe_a", "pipe") and caught_up(h, "mv:pipe_b", "pipe_a"),
-        what="the pipeline built",
-    )
+    wait_until(lambda: _pipeline_current(h), what="the pipeline built")
     runs_b = h.runs_of("mv:pipe_b", mark)
     assert not [r for r in runs_b if r["state"] == "ERROR"], runs_b
     before_a = [r for r in runs_b if r["ended_at"] is not None and r["ended_at"] < built["started_at"]]
@@ -267,10 +281,7 @@ def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harn
     append(h.spark, h.settings, "pipe", order_rows(100, 4))
     h.spark.sql(f"UPDATE delta.`{path}` SET amount = amount + 5 WHERE id % 4 = 0")
     h.spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 1")
-    wait_until(
-        lambda: caught_up(h, "mv:pipe_a", "pipe") and caught_up(h, "mv:pipe_b", "pipe_a"),
-        what="the pipeline caught up",
-    )
+    wait_until(lambda: _pipeline_current(h), what="the pipeline caught up")
     b = h.task("mv:pipe_b")
     assert b is not None
     last_b = [r for r in h.runs_of("mv:pipe_b", changed) if r["state"] == "COMPLETED"][-1]
@@ -285,22 +296,29 @@ def test_a_pipeline_created_in_one_script_refreshes_fast_along_its_chain(h: Harn
     assert cut is not None and set(cut.watermark) == {"pipe"}
     assert mv_rows(h, "pipe_b") == _rows_at(h, PIPE_B, dict(b["checkpoint"]))
     assert mv_rows(h, "pipe_b") == _rows_at(h, PIPE_B_OVER_BASE, dict(cut.watermark))
+    # The fan-in read pipe_a and pipe_b at one version of pipe in every run, while pipe took three
+    # commits back to back; it equals its query over them at its watermark.
+    checked, wrong = inconsistent_cuts(h.settings, "pipe_c", ("pipe_a", "pipe_b"), "pipe")
+    assert checked >= 2 and not wrong, wrong
+    c = h.task("mv:pipe_c")
+    assert c is not None and mv_rows(h, "pipe_c") == _rows_at(h, PIPE_C, dict(c["checkpoint"]))
     step("pipeline refreshed FAST")
 
     # pipe_a is read: its DROP is refused, naming the reader; CASCADE drops the chain and its logs.
     refused = h.sql("DROP MATERIALIZED VIEW pipe_a")
     assert refused["error"]["code"] == 1001
     assert refused["error"]["message"] == (
-        "pipe_a is read by pipe_b; drop them first or use DROP MATERIALIZED VIEW pipe_a CASCADE"
+        "pipe_a is read by pipe_b, pipe_c; drop them first or use DROP MATERIALIZED VIEW pipe_a CASCADE"
     )
     assert h.task("mv:pipe_a")["state"] == "NORMAL"  # type: ignore[index]
     h.ok("DROP MATERIALIZED VIEW pipe_a CASCADE")
     wait_until(
-        lambda: all(h.task(t) is None for t in ("mv:pipe_a", "mv:pipe_b", "mvlog:pipe_a")),
+        lambda: all(h.task(t) is None for t in (*PIPELINE, "mvlog:pipe_a", "mvlog:pipe_b")),
         timeout_s=60,
         what="the chain dropped",
     )
-    assert not any(table_exists(h.settings, t) for t in ("pipe_a", "pipe_b", "pipe_a__mlog"))
+    dropped = ("pipe_a", "pipe_b", "pipe_c", "pipe_a__mlog", "pipe_b__mlog")
+    assert not any(table_exists(h.settings, t) for t in dropped)
     h.ok("DROP MATERIALIZED VIEW LOG ON pipe")
 
 

@@ -66,7 +66,7 @@ FIXTURE_ERROR = {
     "at_ms": 1767225600000,
 }
 TASK_FIELDS = [
-    "task_id", "kind", "name", "state", "owner", "epoch", "refresh_mode", "trigger", "query",
+    "task_id", "kind", "name", "state", "owner", "epoch", "refresh_mode", "trigger", "driven_by", "query",
     "base_tables", "purge_interval_ms", "watermark", "lag_versions", "next_run_at", "next_run_at_ms",
     "last_run", "error", "created_by", "created_at", "created_at_ms", "updated_at", "updated_at_ms",
 ]  # fmt: skip
@@ -82,7 +82,7 @@ def test_an_mv_task_has_the_documented_fields_times_twice_and_enums_as_names() -
     shape = task_json(fixture("TaskRecord"), lag_versions=3)
     assert list(shape) == TASK_FIELDS
     assert shape["state"] == "WARNING" and shape["kind"] == "MV" and shape["refresh_mode"] == "FAST"
-    assert shape["trigger"] == {"kind": "EVERY", "interval_ms": 60000}
+    assert shape["trigger"] == {"kind": "EVERY", "interval_ms": 60000} and shape["driven_by"] is None
     assert shape["watermark"] == {"sales": 17} and shape["base_tables"] == ["sales"]
     assert shape["lag_versions"] == 3
     assert (shape["next_run_at"], shape["next_run_at_ms"]) == ("2026-01-01T00:01:00.000Z", 1767225660000)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing_extensions import TypedDict
 
-from workers.catalog.specs import EVERY, ON_CHANGE
+from workers.catalog.specs import EVERY, ON_CHANGE, effective_trigger
 from workers.freshness import freshness_goal
 from workers.records import Record
 from workers.sched.triggers import ON_CHANGE_POLL_S
@@ -42,7 +42,7 @@ def goal_ms(task: Record) -> int | None:
     declared = freshness_goal(task)
     if declared is not None:
         return declared.ms
-    trigger = task["mv"]["trigger"]
+    trigger = effective_trigger(task["mv"])
     kind, interval = trigger["kind"], trigger.get("interval_ms")
     run = task.get("last_run") or {}
     took = (run["ended_at"] - run["started_at"]) if run.get("ended_at") else 0

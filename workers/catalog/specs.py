@@ -20,8 +20,10 @@ EVERY = "EVERY"
 ON_CHANGE = "ON_CHANGE"
 ON_DEMAND = "ON_DEMAND"
 TARGET_LAG = "TARGET_LAG"
+DOWNSTREAM = "DOWNSTREAM"  # TARGET LAG DOWNSTREAM: driven by its readers (workers/coordinator/downstream.py)
 INTERVAL_TRIGGERS = (EVERY, TARGET_LAG)  # their interval_ms is the period / the target lag
-PLAIN_TRIGGERS = (ON_CHANGE, ON_DEMAND)  # no interval: one is ignored (stored as null)
+PLAIN_TRIGGERS = (ON_CHANGE, ON_DEMAND, DOWNSTREAM)  # no interval: one is ignored (stored as null)
+ON_DEMAND_TRIGGER: Record = {"kind": ON_DEMAND, "interval_ms": None}
 # Longest refresh period, target lag or purge interval: a year (366 days). Longer is better said
 # ON DEMAND, and it keeps "now + interval" far inside an Avro long for every schedule computed.
 MAX_INTERVAL_MS = 366 * 86_400_000
@@ -51,7 +53,7 @@ def check_interval(interval_ms: object, what: str) -> int:
 
 
 def checked_trigger(trigger: object) -> Record:
-    """The trigger with its interval checked (EVERY, TARGET_LAG) or dropped (ON_CHANGE, ON_DEMAND)."""
+    """The trigger with its interval checked (EVERY, TARGET_LAG) or dropped (the others)."""
     if not isinstance(trigger, Mapping):
         raise _invalid(f"the refresh trigger must be a record, got {type(trigger).__name__}")
     kind = trigger.get("kind")
@@ -87,7 +89,20 @@ def checked_mv_spec(spec: object, *, query_may_be_empty: bool = False) -> Record
         "base_tables": list(base_tables),
         # The freshness goal (FRESHNESS clause; workers/coordinator/freshness.py), optional.
         "freshness_ms": None if freshness is None else check_interval(freshness, "FRESHNESS"),
+        # Written by the coordinator from the catalog, never taken from a producer.
+        "driven_by": None,
     }
+
+
+def effective_trigger(mv: Mapping[str, object]) -> Record:
+    """The trigger MV spec ``mv`` runs by: its own, or for TARGET LAG DOWNSTREAM the one its readers
+    drive (``driven_by``), ON DEMAND while none does."""
+    trigger = mv.get("trigger")
+    assert isinstance(trigger, Mapping)
+    if trigger.get("kind") != DOWNSTREAM:
+        return dict(trigger)
+    driven = mv.get("driven_by")
+    return dict(driven) if isinstance(driven, Mapping) else dict(ON_DEMAND_TRIGGER)
 
 
 def checked_mv_log_spec(spec: object, base_table: str) -> Record:

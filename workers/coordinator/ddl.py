@@ -17,6 +17,7 @@ from workers.catalog.lifecycle import Action, TaskState, transition
 from workers.catalog.names import mv_log_table_problem, mv_name_problem, name_problem, shown
 from workers.catalog.owners import check_owner
 from workers.catalog.specs import checked_mv_log_spec, checked_mv_spec, mv_cycle
+from workers.coordinator.downstream import drive_downstream
 from workers.coordinator.effects import (
     Context,
     Effects,
@@ -343,10 +344,13 @@ def _decide(event: Record, tasks: Mapping[str, Record], ctx: Context) -> Effects
         return _refusal(event, None, ctx, _invalid(problem))
     try:
         if event["action"] == "CREATE_MV":
-            return _create_mv(event, tasks, ctx)
-        if event["action"] == "CREATE_MV_LOG":
-            return _create_mv_log(event, tasks, ctx)
-        return _lifecycle(event, tasks, ctx)
+            effects = _create_mv(event, tasks, ctx)
+        elif event["action"] == "CREATE_MV_LOG":
+            effects = _create_mv_log(event, tasks, ctx)
+        else:
+            effects = _lifecycle(event, tasks, ctx)
+        drive_downstream(tasks, effects, ctx)  # readers came, went or changed their triggers
+        return effects
     except MvsError as exc:
         return _refusal(event, _target(event, tasks) or _created_task_id(event), ctx, exc)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from workers.catalog.names import MLOG_SUFFIX
 from workers.catalog.names import NAME_RE as _NAME_RE
-from workers.catalog.specs import EVERY, TARGET_LAG
+from workers.catalog.specs import DOWNSTREAM, EVERY, TARGET_LAG
 from workers.ddl.errors import DdlSyntaxError, InvalidQueryError
 from workers.ddl.lexer import Kind, Lexer, Token
 from workers.ddl.query import QueryInfo, analyze_query
@@ -357,6 +357,8 @@ class _Parser:
         if token.is_word("TARGET"):
             self.lex.next()
             self.expect("LAG", "after TARGET")
+            if self.accept("DOWNSTREAM"):  # as often as the MVs reading it need (Snowflake's DOWNSTREAM)
+                return {"kind": DOWNSTREAM, "interval_ms": None}
             return {"kind": TARGET_LAG, "interval_ms": self.interval("TARGET LAG")}
         if token.is_word("START", "NEXT"):
             raise self.error(f"{token.upper} is not supported; use EVERY <n> <unit>", token)

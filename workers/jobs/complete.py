@@ -20,7 +20,6 @@ from workers.jobs.delta.metadata import (
     CommitId,
     MvWatermark,
     decode_user_metadata,
-    encode_user_metadata,
     txn_version,
 )
 from workers.jobs.request import RunRequest
@@ -99,9 +98,7 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
                 top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
                 frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)
             groups.check_cancelled(request.job_group)
-            metadata = encode_user_metadata(
-                request.task_id, request.epoch, request.run_id, request.watermark, request.reflects
-            )
+            metadata = request.user_metadata(request.watermark)
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:

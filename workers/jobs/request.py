@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from workers.ddl import InvalidQueryError, QueryPlan, analyze_query, plan_from_record, plan_record
+from workers.jobs.delta.metadata import encode_user_metadata
 from workers.records import Record
 
 
@@ -32,10 +33,21 @@ class RunRequest:
     # Base table (not MV) -> the Delta version the result reflects, through the MVs it reads too:
     # recorded beside the watermark so a reader can tell which MVs are consistent. Empty: ``pinned``.
     reflects: Mapping[str, int] = field(default_factory=dict)
+    # What this MV's refreshes cost per technique as the worker learnt them before this run
+    # (technique → fixed ms, ms per row): written beside the watermark, for the MV's next owner.
+    costs: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pinned", MappingProxyType(dict(self.pinned)))
         object.__setattr__(self, "reflects", MappingProxyType(dict(self.reflects or self.pinned)))
+        object.__setattr__(self, "costs", MappingProxyType(dict(self.costs)))
+
+    def user_metadata(self, watermark: Mapping[str, int], layout: str | None = None) -> str:
+        """The ``userMetadata`` of this run's MV commit once its result reflects ``watermark``
+        (``layout``: a helper table's, ``encode_user_metadata``)."""
+        return encode_user_metadata(
+            self.task_id, self.epoch, self.run_id, watermark, self.reflects, self.costs, layout
+        )
 
     @classmethod
     def for_task(
@@ -46,6 +58,7 @@ class RunRequest:
         job_group: str,
         pinned: Mapping[str, int],
         reflects: Mapping[str, int] | None = None,
+        costs: Mapping[str, tuple[float, float]] | None = None,
     ) -> RunRequest:
         """The request of a refresh of MV ``task`` (a TaskRecord whose ``mv.plan`` is set: see
         ``with_plan``) reading the base tables at ``pinned`` (reflecting the base tables at
@@ -65,6 +78,7 @@ class RunRequest:
             job_group=job_group,
             pinned=pinned,
             reflects=reflects or {},
+            costs=costs or {},
         )
 
     @property

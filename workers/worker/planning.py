@@ -14,6 +14,7 @@ information then says what the other would have cost.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from workers.jobs.delta.sizes import ChangeSize, TableSize
@@ -62,6 +63,22 @@ class CostModel:
     complete: TechniqueCost = field(
         default_factory=lambda: TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
     )
+
+    def record(self) -> dict[str, tuple[float, float]]:
+        """Technique → (fixed ms, ms per row): what an MV commit keeps for the MV's next owner."""
+        return {
+            FAST: (self.fast.fixed_ms, self.fast.ms_per_row),
+            COMPLETE: (self.complete.fixed_ms, self.complete.ms_per_row),
+        }
+
+    def restored(self, costs: Mapping[str, tuple[float, float]]) -> CostModel:
+        """This model with the techniques ``costs`` (``record``'s form, from an MV commit) names."""
+        fast, complete = costs.get(FAST), costs.get(COMPLETE)
+        return replace(
+            self,
+            fast=self.fast if fast is None else TechniqueCost(*fast),
+            complete=self.complete if complete is None else TechniqueCost(*complete),
+        )
 
     def estimate_ms(self, technique: str, size: ChangeSize | None) -> float | None:
         rows = rows_handled(technique, size)

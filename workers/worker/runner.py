@@ -146,11 +146,18 @@ class SparkRunner:
             log_reader = None if warehouse.is_local(self.settings) else self.spark
             current = read_watermark(log_reader, self.settings, task["name"])
             reflected = current.watermark if current is not None else None
+            if current is not None and current.costs:
+                self._restore_costs(task["task_id"], current.costs)
             cut = self._cut(task, latest, reflected or {}, log_reader)
             if isinstance(cut, str):  # the upstream MVs do not meet yet: nothing to read
                 return RunResult("SKIPPED", 0, reflected or {}, reflected or {}, cut, 0)
             request = RunRequest.for_task(
-                task, run_id=run_id, job_group=job_group, pinned=cut.pinned, reflects=cut.reflects
+                task,
+                run_id=run_id,
+                job_group=job_group,
+                pinned=cut.pinned,
+                reflects=cut.reflects,
+                costs=self.cost_model(task["task_id"]).record(),
             )
             mv_version = latest_version(self.settings, request.mv_name)
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
@@ -220,6 +227,15 @@ class SparkRunner:
         """What MV ``task_id``'s refreshes cost, as far as its runs here taught it."""
         with self._lock:
             return self._costs.get(task_id) or self._priors
+
+    def _restore_costs(self, task_id: str, costs: Mapping[str, tuple[float, float]]) -> None:
+        """Go on from the costs the MV's last commit kept (its previous owner's, or this worker's
+        before a restart) when this worker has not learnt its own yet."""
+        if not self._learns:
+            return
+        with self._lock:
+            if task_id not in self._costs:
+                self._costs[task_id] = self._priors.restored(costs)
 
     def _learn(self, task_id: str, technique: str, size: ChangeSize | None, took_ms: float) -> None:
         if not self._learns:

@@ -4,7 +4,7 @@ coalesce. Pure: the maintainer keeps the state (last start, data time) and asks.
 
 from __future__ import annotations
 
-from workers.catalog.specs import EVERY, ON_CHANGE, TARGET_LAG
+from workers.catalog.specs import EVERY, ON_CHANGE, TARGET_LAG, effective_trigger
 from workers.records import Record
 from workers.sched.executor import Priority
 from workers.sched.triggers import next_refresh_due
@@ -19,8 +19,9 @@ def more_urgent(trigger: str, than: str | None) -> bool:
 
 
 def trigger_kind(task: Record) -> str:
-    """The MV's trigger kind; an MV log is purged EVERY its interval."""
-    return str(task["mv"]["trigger"]["kind"]) if task["kind"] == "MV" else EVERY
+    """The MV's trigger kind (TARGET LAG DOWNSTREAM: the one its readers drive); an MV log is purged
+    EVERY its interval."""
+    return str(effective_trigger(task["mv"])["kind"]) if task["kind"] == "MV" else EVERY
 
 
 def run_priority(task: Record, trigger: str) -> Priority:
@@ -47,7 +48,7 @@ def next_due(
         return next_refresh_due(
             EVERY, interval, now=now, last_started=last_started, last_success_data_time=None
         )
-    trigger = task["mv"]["trigger"]
+    trigger = effective_trigger(task["mv"])
     return next_refresh_due(
         trigger["kind"],
         _seconds(trigger.get("interval_ms")),

@@ -16,6 +16,7 @@ from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl import analyze_query, plan_record
+from workers.jobs import read_watermark
 from workers.jobs.changes import mvlog
 from workers.worker.planning import COMPLETE, FAST, CostModel, TechniqueCost
 from workers.worker.runner import RunResult, SparkRunner
@@ -93,3 +94,28 @@ def test_force_flips_with_the_change_size_and_records_what_it_considered(
         (2, FAST, "cost"),  # and back
     ]
     _exact(spark, s)  # the MV after FAST, COMPLETE, COMPLETE and FAST runs: exactly the query
+
+
+def test_a_new_owner_goes_on_from_the_costs_the_mvs_last_commit_kept(
+    spark: Any, local_settings: Settings
+) -> None:
+    """What a worker learnt of an MV's costs is kept in the MV's commits (beside the watermark), so
+    a worker taking the MV over (failover, restart) plans with it, not with the priors."""
+    s = local_settings
+    tables.create_table(spark, s, "events", _rows(0, 500), SCHEMA)
+    mvlog.create_mv_log(spark, s, "events")
+    learner = SparkRunner(s, lambda _settings: spark)  # learns from its runs, from the priors
+    _refresh(learner, "l0")  # the first build (COMPLETE): teaches COMPLETE's costs
+    tables.append(spark, s, "events", _rows(500, 5))
+    _refresh(learner, "l1")  # FAST: teaches FAST's
+    taught = learner.cost_model("mv:by_cost")
+    assert taught != CostModel()
+    tables.append(spark, s, "events", _rows(505, 5))
+    _refresh(learner, "l2")  # its commit keeps what l0 and l1 taught
+    kept = read_watermark(spark, s, "by_cost")
+    assert kept is not None and kept.costs == taught.record()
+
+    successor = SparkRunner(s, lambda _settings: spark)
+    assert successor.cost_model("mv:by_cost") == CostModel()  # nothing learnt here yet
+    assert _refresh(successor, "s0").state == "SKIPPED"  # nothing changed: no outcome to learn from
+    assert successor.cost_model("mv:by_cost") == taught  # went on from the MV's last commit

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workers.jobs.delta.metadata import decode_user_metadata, encode_user_metadata
 from workers.jobs.delta.sizes import ChangeSize, TableSize, commit_change, rows_inserted_deleted
 from workers.worker.planning import (
     BULK_SHARE,
@@ -180,3 +181,24 @@ def test_rows_inserted_and_deleted_of_an_mv_commit() -> None:
     assert rows_inserted_deleted("MERGE", merge) == (6, 3)
     assert rows_inserted_deleted("WRITE", {"numOutputRows": "9"}) == (9, 0)
     assert rows_inserted_deleted("OPTIMIZE", {}) is None
+
+
+def test_a_model_kept_in_an_mv_commit_is_restored_whole() -> None:
+    taught = CostModel(fast=TechniqueCost(800.0, 0.5), complete=TechniqueCost(300.0, 0.01))
+    assert CostModel().restored(taught.record()) == taught
+    assert CostModel().restored({}) == CostModel()  # an older commit keeps none: the priors
+
+
+def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> None:
+    """A commit's costs decode as written; a foreign or damaged ``costs`` value never costs the
+    watermark beside it (costs only inform the choice)."""
+    taught = CostModel(fast=TechniqueCost(800.0, 0.5), complete=TechniqueCost(300.0, 0.01))
+    text = encode_user_metadata("mv:a", 3, "run-1", {"sales": 7}, costs=taught.record())
+    decoded = decode_user_metadata(text, delta_version=4)
+    assert decoded is not None and decoded.costs == taught.record()
+    assert decode_user_metadata(encode_user_metadata("mv:a", 3, "run-1", {"sales": 7})).costs == {}  # type: ignore[union-attr]
+    body = json.loads(text)
+    for damaged in ({"FAST": [1.0]}, {"FAST": [-1, 2]}, {"FAST": ["x", 1]}, [1, 2], {"FAST": [True, 1]}):
+        body["mvs"]["costs"] = damaged
+        found = decode_user_metadata(json.dumps(body))
+        assert found is not None and found.watermark == {"sales": 7} and found.costs == {}

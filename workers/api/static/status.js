@@ -50,7 +50,7 @@ function until(ms, now) {
 
 function trigger(t) {
   if (!t) return "–";
-  const words = { EVERY: "every", TARGET_LAG: "target lag", ON_CHANGE: "on change", ON_DEMAND: "on demand" };
+  const words = { EVERY: "every", TARGET_LAG: "target lag", ON_CHANGE: "on change", ON_DEMAND: "on demand", DOWNSTREAM: "target lag downstream" };
   const kind = words[t.kind] || t.kind;
   return t.interval_ms ? `${kind} ${duration(t.interval_ms)}` : kind;
 }
@@ -179,7 +179,7 @@ function renderViews(tasks, freshness, now) {
       el("td", { class: "nowrap", title: f ? f.reason : "" }, lag(f, t.lag_versions),
         el("div", { class: "muted" }, f && f.goal_ms ? `goal ${duration(f.goal_ms)}` : "no goal: on demand")),
       el("td", {}, badge(t.state, "state", t.state), t.error ? el("div", { class: "message" }, `${t.error.code}: ${t.error.message}`) : null),
-      el("td", { class: "nowrap" }, trigger(t.trigger)),
+      el("td", { class: "nowrap" }, t.driven_by ? `${trigger(t.trigger)} (${trigger(t.driven_by)})` : trigger(t.trigger)),
       el("td", {}, t.refresh_mode || "–"),
       el("td", { class: "nowrap" }, t.owner || "–"),
       el("td", { class: "mono" }, watermark(t.watermark)),

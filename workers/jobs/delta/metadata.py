@@ -9,6 +9,7 @@ not above the one already recorded for that app id, which drops stale owners and
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,10 @@ class MvWatermark:
     # two MVs reflecting the same versions are consistent with each other. Older commits have none:
     # their watermark, which then names base tables only.
     reflects: dict[str, int] = field(default_factory=dict)
+    # What the MV's refreshes cost per technique as its owner had learnt them before this run
+    # (``workers.worker.planning.CostModel.record``): a new owner goes on from there. Older commits
+    # and foreign values: none.
+    costs: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def txn_version(epoch: int, watermark: Mapping[str, int]) -> int:
@@ -80,6 +85,7 @@ def encode_user_metadata(
     run_id: str,
     watermark: Mapping[str, int],
     reflects: Mapping[str, int] | None = None,
+    costs: Mapping[str, tuple[float, float]] | None = None,
     layout: str | None = None,
 ) -> str:
     """``layout``: what a helper table's rows mean (a top-N MV's rows table: its query), checked with
@@ -88,6 +94,8 @@ def encode_user_metadata(
     body["watermark"] = dict(watermark)
     if reflects is not None and dict(reflects) != dict(watermark):
         body["reflects"] = dict(reflects)  # only where it says more than the watermark (an MV of MVs)
+    if costs:
+        body["costs"] = {technique: list(cost) for technique, cost in costs.items()}
     if layout is not None:
         body["layout"] = layout
     return json.dumps({"mvs": body}, sort_keys=True, separators=(",", ":"))
@@ -106,9 +114,28 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
             watermark={str(k): int(v) for k, v in dict(body["watermark"]).items()},
             delta_version=delta_version,
             reflects={str(k): int(v) for k, v in dict(body.get("reflects") or body["watermark"]).items()},
+            costs=_costs(body.get("costs")),
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _costs(value: object) -> dict[str, tuple[float, float]]:
+    """The ``costs`` of a commit's metadata: technique → (fixed ms, ms per row), each finite and not
+    negative; anything else (a foreign or damaged value) is ignored as a whole: costs only inform."""
+    if not isinstance(value, dict):
+        return {}
+    costs: dict[str, tuple[float, float]] = {}
+    for technique, cost in value.items():
+        if not (isinstance(cost, list) and len(cost) == 2):
+            return {}
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in cost):
+            return {}
+        fixed, per_row = float(cost[0]), float(cost[1])
+        if not (0 <= fixed < math.inf and 0 <= per_row < math.inf):
+            return {}
+        costs[str(technique)] = (fixed, per_row)
+    return costs
 
 
 def json_object(text: str | None, key: str) -> dict[str, Any] | None:
