@@ -41,13 +41,12 @@ def top_n_verdict(tree: exp.Query, sql: str, inner_verdict: InnerVerdict) -> Fas
     """The ``top_n`` plan of ``tree`` (parsed from ``sql``) or why there is none; None when neither
     the query nor a subquery of it has a LIMIT or OFFSET (the other planners decide)."""
     try:
-        top = _top_clauses(tree)
+        limit = _top_clauses(tree)
+        if limit is None:
+            return None
+        inner_sql, order_sql = _texts(sql, tree)
     except NotEligible as why:
         return FastVerdict(None, str(why), why.position)
-    if top is None:
-        return None
-    limit = top
-    inner_sql, order_sql = _texts(sql)
     verdict = inner_verdict(inner_sql)
     if verdict.plan is None:
         return verdict  # the inner query's text is a prefix of the query's: positions hold
@@ -99,7 +98,7 @@ def _check_order(order: exp.Order, outputs: tuple[str, ...] | None) -> None:
     check_deterministic(order)
 
 
-def _texts(sql: str) -> tuple[str, str]:
+def _texts(sql: str, tree: exp.Query) -> tuple[str, str]:
     """The user's text before the outermost ORDER BY, and the ORDER BY's own text (up to LIMIT)."""
     tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
     depth, order_at, limit_at = 0, None, None
@@ -112,5 +111,6 @@ def _texts(sql: str) -> tuple[str, str]:
             order_at = token
         elif depth == 0 and token.token_type == TokenType.LIMIT and order_at is not None:
             limit_at = token
-    assert order_at is not None and limit_at is not None, "a checked top-N query has both"
+    if order_at is None or limit_at is None:  # e.g. inside parentheses: no text to cut at
+        raise NotEligible("ORDER BY … LIMIT must end the query, outside parentheses", tree.args.get("limit"))
     return sql[: order_at.start].rstrip(), sql[order_at.end + 1 : limit_at.start].strip()
