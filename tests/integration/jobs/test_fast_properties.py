@@ -20,10 +20,8 @@ The same for GROUP BY … HAVING (``aggregate_having``; over a two-table join ``
 groups cross the HAVING threshold both ways between refreshes (they enter and leave the MV), HAVING over
 aggregates that are not selected.
 
-Default (``ci`` profile, derandomized): per property the explicit example(s) plus a few generated
-ones (three over one table, one over a join, one with HAVING, one UNION ALL; none for computed keys
-and formulas, whose two explicit streams cover one table and a join), ~3 min on a loaded 2-core
-machine.
+Default (``ci`` profile): per property its explicit examples only (every shape over the stream with
+every kind of change; ``fast_checks.phases_for_ci``), for the suite's time budget.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/jobs/test_fast_properties.py
@@ -39,17 +37,16 @@ two branches (duplicates across branches), changes on some bases only.
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fast_checks import Scenario, multiset_difference
+from tests.support.fast_checks import Scenario, multiset_difference, phases_for_ci
 from tests.support.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes, union_shapes
 from tests.support.fast_streams import (
     Bump,
@@ -70,22 +67,11 @@ from workers.jobs.fast import apply as incremental_apply
 
 pytestmark = pytest.mark.integration
 
-# The default profile runs the explicit example and CI_EXAMPLES generated ones, smaller (MVs per
-# example, rounds per stream) than any other profile's (long: its own count, bigger examples).
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-CI_EXAMPLES = 3
-CI_JOIN_EXAMPLES = 1
-CI_HAVING_EXAMPLES = 1
-CI_UNION_EXAMPLES = 1
-EXAMPLES = CI_EXAMPLES if PROFILE == "ci" else settings().max_examples
-JOIN_EXAMPLES = CI_JOIN_EXAMPLES if PROFILE == "ci" else settings().max_examples
-HAVING_EXAMPLES = CI_HAVING_EXAMPLES if PROFILE == "ci" else settings().max_examples
-UNION_EXAMPLES = CI_UNION_EXAMPLES if PROFILE == "ci" else settings().max_examples
-# Computed keys and formulas: in CI the two explicit examples only (each a real-Spark stream of three
-# MVs; a generated one would add a third), generated ones in every other profile.
-EXPRESSION_PHASES = [Phase.explicit] if PROFILE == "ci" else list(Phase)
-MAX_MVS, MAX_ROUNDS = (2, 2) if PROFILE == "ci" else (3, 4)
-MAX_JOIN_MVS, MAX_JOIN_ROUNDS = (1, 1) if PROFILE == "ci" else (3, 4)
+# Under the ci profile only the explicit examples run (each a real-Spark stream costing minutes: the
+# suite's time budget); every other profile generates too, bigger (MVs per example, rounds per stream).
+PHASES = phases_for_ci()
+MAX_MVS, MAX_ROUNDS = 3, 4  # generated examples (not under ci)
+MAX_JOIN_MVS, MAX_JOIN_ROUNDS = 3, 4
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +178,7 @@ LARGE_CHANGE_SHAPES = [
 
 
 @settings(
-    max_examples=EXAMPLES,
+    phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(shapes=EVERY_SHAPE, stream=EVERYTHING, listed=True)
@@ -293,7 +279,7 @@ WRITTEN_SHAPES = [
 
 
 @settings(
-    max_examples=JOIN_EXAMPLES,
+    phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(case=(JOINED_SHAPES, JOINED))
@@ -387,7 +373,7 @@ JOINED_HAVING_SHAPES = [
 
 
 @settings(
-    max_examples=HAVING_EXAMPLES,
+    phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(shapes=HAVING_SHAPES, stream=EVERYTHING)
@@ -427,7 +413,7 @@ UNION_SHAPE = Shape(
 
 
 @settings(
-    max_examples=UNION_EXAMPLES,
+    phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(case=([UNION_SHAPE], UNIONED))
@@ -480,7 +466,7 @@ EXPRESSION_CASES = {1: EXPRESSION_SHAPES, 3: JOIN_EXPRESSION_SHAPES}
 
 
 @settings(
-    phases=EXPRESSION_PHASES,
+    phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @example(case=(EXPRESSION_SHAPES, EVERYTHING))

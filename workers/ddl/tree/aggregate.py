@@ -25,15 +25,20 @@ _P = "__mvs_"  # helper names: the aggregate's output columns are named by the q
 
 @dataclass(frozen=True)
 class SplitAggregate:
-    """The input block's select items, and the aggregate over ``INPUT_VIEW`` (its SQL and plan)."""
+    """The input block's select items, and the aggregate over ``input_view`` (its SQL, and its
+    plan when asked for); ``keys``: the input columns it groups by, each with its output name (None
+    when the group key is not an output)."""
 
     input_items: list[exp.Expr]
     sql: str
-    plan: FastRefreshPlan
+    plan: FastRefreshPlan | None
+    keys: list[tuple[str, str | None]]
 
 
-def split_aggregate(select: exp.Select) -> SplitAggregate:
-    """``select`` (qualified, an aggregate) as its input and the aggregate over it; NotEligible."""
+def split_aggregate(select: exp.Select, input_view: str = INPUT_VIEW, planned: bool = True) -> SplitAggregate:
+    """``select`` (qualified, an aggregate) as its input and the aggregate over it; NotEligible.
+    ``planned``: the aggregate is merged (its plan is needed, DISTINCT aggregates refused), else it
+    is recomputed by group (any aggregate)."""
     group = select.args.get("group")
     if group is not None and any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
         raise NotEligible("ROLLUP, CUBE and GROUPING SETS are not supported", group)
@@ -48,11 +53,22 @@ def split_aggregate(select: exp.Select) -> SplitAggregate:
     inputs: list[exp.Expr] = [exp.alias_(key.copy(), name, quoted=True) for key, name in keys]
     arguments: dict[str, str] = {}  # an argument's SQL -> its input column
 
+    def argument_column(argument: exp.Expr) -> exp.Column:
+        text = argument.sql(dialect=DIALECT)
+        if text not in arguments:
+            arguments[text] = f"{_P}a{len(arguments)}"
+            inputs.append(exp.alias_(argument.copy(), arguments[text], quoted=True))
+        return exp.column(arguments[text], quoted=True)
+
     def rewrite(node: exp.Expr) -> exp.Expr:
         for key, name in keys:
             if node == key:
                 return exp.column(name, quoted=True)
         if isinstance(node, exp.AggFunc):
+            if isinstance(node.this, exp.Distinct) and not planned:  # recomputed by group: any aggregate
+                copy = node.copy()
+                copy.this.set("expressions", [argument_column(e) for e in node.this.expressions])
+                return copy
             if node.find(exp.Distinct) is not None:
                 raise NotEligible(
                     f"{node.sql(dialect=DIALECT)}: aggregates over DISTINCT are not yet FAST", node
@@ -60,12 +76,8 @@ def split_aggregate(select: exp.Select) -> SplitAggregate:
             argument = node.this
             if argument is None or isinstance(argument, exp.Star):
                 return node.copy()
-            text = argument.sql(dialect=DIALECT)
-            if text not in arguments:
-                arguments[text] = f"{_P}a{len(arguments)}"
-                inputs.append(exp.alias_(argument.copy(), arguments[text], quoted=True))
             copy = node.copy()
-            copy.set("this", exp.column(arguments[text], quoted=True))
+            copy.set("this", argument_column(argument))
             return copy
         if isinstance(node, exp.Column):
             raise NotEligible(
@@ -80,16 +92,21 @@ def split_aggregate(select: exp.Select) -> SplitAggregate:
         if bare and rewritten.this.name == rewritten.alias:
             rewritten = rewritten.this
         items.append(rewritten)
-    top = exp.select(*items).from_(exp.to_table(INPUT_VIEW))
+    top = exp.select(*items).from_(exp.to_table(input_view))
     if keys:
         top = top.group_by(*[exp.column(name, quoted=True) for _, name in keys])
     having = select.args.get("having")
     if having is not None:
         top = top.having(having.this.transform(rewrite))
     sql = top.sql(dialect=DIALECT)
+    outputs = {i.alias_or_name for i in items}
+    grouped = [(name, name if name in outputs else None) for _, name in keys]
+    input_items = inputs or [exp.alias_(exp.true(), f"{_P}row", quoted=True)]
+    if not planned:
+        return SplitAggregate(input_items, sql, None, grouped)
     parsed = sqlglot.parse_one(sql, dialect=DIALECT)
     assert isinstance(parsed, exp.Query)
     verdict = plan_fast_refresh(parsed, (INPUT_VIEW,), sql)
     if verdict.plan is None:
         raise NotEligible(f"the aggregate at the top: {verdict.reason}", select)
-    return SplitAggregate(inputs or [exp.alias_(exp.true(), f"{_P}row", quoted=True)], sql, verdict.plan)
+    return SplitAggregate(input_items, sql, verdict.plan, grouped)

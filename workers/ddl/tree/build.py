@@ -1,11 +1,11 @@
 """The operator tree of an MV query (FAST plan kind ``tree``): for the queries the shape planners
-(``workers.ddl.fast``) refuse, e.g. CTEs, derived tables, self-joins, GROUP BY expressions.
+(``workers.ddl.fast``) refuse, e.g. CTEs, derived tables, self-joins, GROUP BY expressions,
+subqueries, outer joins, aggregates under other operators.
 
-The query is normalized by sqlglot's passes (``normalize``), then read as operators: one scan per
-table occurrence, their inner join with its filter and projection (one linear block, whose delta is
-the sum over the occurrences of the block with that occurrence's change rows), and at the top the
-block itself or an aggregate over it (``aggregate``). Whatever else remains is refused naming the
-operator and the way out, at its position in the query text.
+The query is normalized by sqlglot's passes (``normalize``), then read as nested operators
+(``nodes``): a block per SELECT over its inputs (scans, derived tables), an aggregate per derived
+table that groups, and at the top the root block's rows or an aggregate over them (``aggregate``).
+Whatever else remains is refused naming the operator and the way out, at its position in the query.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from workers.ddl.dialect import DIALECT
-from workers.ddl.fast import FastVerdict, check_deterministic
+from workers.ddl.fast import FastVerdict
 from workers.ddl.fast_rules import CLAUSE_MESSAGES, NotEligible
-from workers.ddl.plan import FastRefreshPlan, JoinKey, JoinTable
+from workers.ddl.plan import FastRefreshPlan, JoinTable
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.aggregate import split_aggregate
+from workers.ddl.tree.nodes import Builder, distinct_as_group_by, having_as_filter, is_aggregate
 from workers.ddl.tree.normalize import Unresolved, normalized
-from workers.ddl.tree.values import Scan, TreePlan, scan_view, tree_json
+from workers.ddl.tree.values import ROOT_VIEW, Block, Scan, TreePlan, tree_json
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint", "order"})
 _NOT_YET = {
@@ -53,61 +54,68 @@ def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -
         raise why
     _check_output_names(query)
     select = normalized(query, known)
-    distinct = isinstance(select, exp.Select) and _distinct_as_group_by(select)
     if isinstance(select, exp.SetOperation):
         raise NotEligible("set operations inside the operator tree are not yet FAST", select)
     if not isinstance(select, exp.Select):
         raise NotEligible("only a SELECT is supported", select)
+    distinct = distinct_as_group_by(select)
     for clause, value in select.args.items():
         if value and clause not in _ALLOWED_CLAUSES:
             shown = _NOT_YET.get(clause) or CLAUSE_MESSAGES.get(clause, f"{clause.upper()} is not supported")
             raise NotEligible(shown, value if isinstance(value, exp.Expr) else None)
-    for node in select.walk():
-        if node is not select and isinstance(node, exp.Query | exp.Subquery):
-            raise NotEligible(
-                "a subquery that does not fold into its query (an EXISTS / IN / scalar subquery, or a "
-                "derived table or CTE with GROUP BY, DISTINCT or LIMIT under another operator) is not "
-                "yet FAST: write it as a join, or use REFRESH COMPLETE",
-                node,
-            )
-    window = select.find(exp.Window)
-    if window is not None:
-        raise NotEligible("window functions are not yet FAST in the operator tree", window)
-    check_deterministic(select)
     select.set("order", None)  # not stored: a table has no row order
-    scans = _scans(select)
-    keys, filtered = _keys(select, {s.alias: s.view for s in scans})
-    aggregate = select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions)
-    if not aggregate:
-        tree = TreePlan(scans, keys, filtered, select.sql(dialect=DIALECT), "projection")
+    builder = Builder()
+    if not is_aggregate(select):
+        root = builder.block(select, ROOT_VIEW)
+        tree = _tree(builder, root, "projection")
+    elif _subquery_in(select.args.get("having")):
+        root = builder.block(having_as_filter(select), ROOT_VIEW)  # a filter above the aggregate
+        tree = _tree(builder, root, "projection")
+    elif any(isinstance(a.this, exp.Distinct) for a in select.find_all(exp.AggFunc)):
+        # Not mergeable (COUNT(DISTINCT …)): recomputed by group, its rows merged into the MV as a
+        # projection's are.
+        node = builder.aggregate(select, distinct)
+        root = Block(ROOT_VIEW, f"SELECT * FROM {node.view}", (node,), lineage=())
+        tree = _tree(builder, root, "projection")
     else:
         split = split_aggregate(select)
         block = select.copy()
         block.set("expressions", split.input_items)
         block.set("group", None)
         block.set("having", None)
-        block_sql = block.sql(dialect=DIALECT)
-        tree = TreePlan(scans, keys, filtered, block_sql, "aggregate", split.plan, split.sql, distinct)
-    tables = tuple(JoinTable(s.table, s.alias) for s in scans)
-    return FastRefreshPlan("tree", scans[0].table, (), (), (), None, tables=tables, tree=tree_json(tree))
+        root = builder.block(block, ROOT_VIEW)
+        tree = _tree(builder, root, "aggregate", split.plan, split.sql, distinct)
+    tables = tuple(JoinTable(s.table, s.alias) for s in tree.scans)
+    return FastRefreshPlan("tree", tree.scans[0].table, (), (), (), None, tables=tables, tree=tree_json(tree))
 
 
-def _distinct_as_group_by(select: exp.Select) -> bool:
-    """A ``SELECT DISTINCT`` without aggregates made a GROUP BY of its output expressions (the same
-    rows: one per distinct output row), so the aggregate at the top maintains it; whether it was."""
-    found = select.args.get("distinct")
-    if found is None:
-        return False
-    if found.args.get("on") is not None:
-        raise NotEligible("DISTINCT ON is not supported", found)
-    if select.args.get("group") is not None or any(i.find(exp.AggFunc) for i in select.expressions):
-        raise NotEligible(
-            "DISTINCT over an aggregate is not yet FAST in the operator tree; use REFRESH COMPLETE", found
-        )
-    select.set("distinct", None)
-    keys = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
-    select.set("group", exp.Group(expressions=[key.copy() for key in keys]))
-    return True
+def _tree(
+    builder: Builder,
+    root: Block,
+    top: str,
+    aggregate: FastRefreshPlan | None = None,
+    aggregate_sql: str | None = None,
+    distinct: bool = False,
+) -> TreePlan:
+    """The tree over ``root``: in the flat form (no ``root``) when it is one inner join of scans."""
+    flat = all(isinstance(n, Scan) for n in root.inputs) and not root.keyed
+    scans = tuple(builder.scans)
+    assert top in ("projection", "aggregate")
+    return TreePlan(
+        scans,
+        root.keys,
+        root.filtered,
+        root.sql,
+        "projection" if top == "projection" else "aggregate",
+        aggregate,
+        aggregate_sql,
+        distinct,
+        None if flat else root,
+    )
+
+
+def _subquery_in(node: exp.Expr | None) -> bool:
+    return node is not None and node.find(exp.Query) is not None
 
 
 def _check_output_names(query: exp.Query) -> None:
@@ -123,49 +131,3 @@ def _check_output_names(query: exp.Query) -> None:
             raise NotEligible("SELECT * is not supported; list the output columns", item)
         if not isinstance(item, exp.Alias | exp.Column):
             raise NotEligible(f"name the output column {item.sql(dialect=DIALECT)} with AS", item)
-
-
-def _scans(select: exp.Select) -> tuple[Scan, ...]:
-    """One scan per table occurrence, in FROM order; each table renamed to its scan's view (its
-    alias kept, which the columns use). NotEligible at a join other than an inner one."""
-    source = select.args.get("from_")
-    sources = [source.this] if source is not None else []
-    for join in select.args.get("joins") or []:
-        side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
-        if side or kind not in ("", "INNER", "CROSS") or join.args.get("method"):
-            shown = " ".join(w for w in (join.args.get("method") or "", side, kind) if w).upper() or "this"
-            raise NotEligible(
-                f"{shown} JOIN is not yet FAST in the operator tree (only inner joins); use REFRESH COMPLETE",
-                join,
-            )
-        sources.append(join.this)
-    scans = []
-    for index, table in enumerate(sources):
-        if not isinstance(table, exp.Table):
-            raise NotEligible("only tables can be joined here", table)
-        scans.append(Scan(table.name.lower(), table.alias_or_name, scan_view(index)))
-        table.set("this", exp.to_identifier(scan_view(index)))
-    return tuple(scans)
-
-
-def _keys(select: exp.Select, views: dict[str, str]) -> tuple[tuple[JoinKey, ...], bool]:
-    """The equalities of columns of two scans among the top-level AND terms of WHERE and the ON
-    conditions, and whether any other condition filters."""
-    conditions = [c.this for c in [select.args.get("where")] if c is not None]
-    conditions += [j.args["on"] for j in select.args.get("joins") or [] if j.args.get("on") is not None]
-    keys: list[JoinKey] = []
-    filtered = False
-    for condition in conditions:
-        for term in condition.flatten() if isinstance(condition, exp.And) else [condition]:
-            left, right = (term.this, term.expression) if isinstance(term, exp.EQ) else (None, None)
-            if (
-                isinstance(left, exp.Column)
-                and isinstance(right, exp.Column)
-                and left.table in views
-                and right.table in views
-                and left.table != right.table
-            ):
-                keys.append(JoinKey(views[left.table], left.name, views[right.table], right.name))
-            else:
-                filtered = True
-    return tuple(keys), filtered

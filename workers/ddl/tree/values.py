@@ -2,10 +2,16 @@
 (``FastRefreshPlan.tree``), and ``describe()``. No sqlglot here (workers read it, never parse).
 
 A tree is, from the leaves up: one ``Scan`` per occurrence of a base table (a self-join reads the
-same table twice, as two scans), the linear block over them (inner join of the scans, filter,
-projection: ``block_sql``, Spark SQL over temp views named by the scans' ``view``), and at the top
-either that block itself (the MV is its rows) or an aggregate of its rows (``aggregate``: the plan
-of a one-input aggregate over the view ``INPUT_VIEW``, applied by the aggregate machinery).
+same table twice, as two scans); ``Block`` nodes, one Spark SQL SELECT over its inputs' views (inner
+and left outer joins, filter, projection, EXISTS / IN / scalar subqueries over inputs of their own);
+``Aggregate`` nodes (a derived table's GROUP BY or DISTINCT, an aggregate its merge cannot keep) over
+a block. The root block's rows are the MV's (``top == "projection"``) or the input of the aggregate at
+the top (``aggregate``: the plan of a one-input aggregate over ``INPUT_VIEW``, applied by the
+aggregate machinery).
+
+Each node's change is computed from its inputs' (``workers.jobs.fast.operators``): a block is linear
+in the inputs it joins (``Block.inputs`` minus ``Block.keyed``) and is recomputed only for the keys a
+``Keyed`` input's change reaches; an aggregate is recomputed for the groups its input's change reaches.
 """
 
 from __future__ import annotations
@@ -18,12 +24,18 @@ from workers.ddl.plan import FastRefreshPlan, JoinKey, fast_plan_from_record, fa
 
 # The temp view the top aggregate reads its input (the block's rows) from.
 INPUT_VIEW = "__mvs_input"
+ROOT_VIEW = "__mvs_root"
 TopKind = Literal["projection", "aggregate"]
 
 
 def scan_view(index: int) -> str:
     """The temp view a run binds the ``index``-th scan to (its rows at a version, or its changes)."""
     return f"__mvs_scan{index}"
+
+
+def node_view(index: int) -> str:
+    """The temp view a run binds the ``index``-th interior node (block, aggregate) to."""
+    return f"__mvs_node{index}"
 
 
 @dataclass(frozen=True)
@@ -36,9 +48,60 @@ class Scan:
 
 
 @dataclass(frozen=True)
+class Keyed:
+    """An input of a block that the block is not linear in (the right side of a LEFT JOIN, a table
+    of an EXISTS / IN / scalar subquery): its rows reach only the block's rows whose ``outer``
+    column (of a linear input) equals their ``column``. ``column`` None: no such key, a change of
+    the input recomputes the block whole. ``operator`` names it (describe)."""
+
+    view: str
+    operator: str
+    column: str | None = None
+    outer_view: str | None = None
+    outer_column: str | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    """One SELECT over ``inputs`` (by view). ``keys``: equalities of columns of two linear inputs
+    the join holds (to narrow reads, never for results); ``left_keys``: a LEFT JOIN's ON equalities
+    (left side first: narrowing the left narrows the right, not the reverse); ``lineage``: the
+    output columns that are an input's column, as (output, input view, column)."""
+
+    view: str
+    sql: str
+    inputs: tuple[Node, ...]
+    keys: tuple[JoinKey, ...] = ()
+    keyed: tuple[Keyed, ...] = ()
+    left_keys: tuple[JoinKey, ...] = ()
+    lineage: tuple[tuple[str, str, str], ...] = ()
+    filtered: bool = False
+
+    def keyed_input(self, view: str) -> Keyed | None:
+        return next((k for k in self.keyed if k.view == view), None)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A GROUP BY (or DISTINCT) over the block ``input``: ``sql`` over its view, recomputed for the
+    groups its input's change reaches, found by the input column ``key`` (a group column, named
+    ``output`` in the aggregate's rows); ``key`` None: one group, recomputed whole."""
+
+    view: str
+    sql: str
+    input: Block
+    key: str | None
+    output: str | None
+    operator: str  # "aggregate", "distinct"
+
+
+Node = Scan | Block | Aggregate
+
+
+@dataclass(frozen=True)
 class TreePlan:
-    """The operator tree (see the module's note); ``keys``: equalities of columns of two scans that
-    the block's inner join holds (by view), used to narrow reads, never for results."""
+    """The operator tree (see the module's note). ``scans``: every scan of the tree; ``keys``,
+    ``filtered`` and ``block_sql``: the root block's (``root``)."""
 
     scans: tuple[Scan, ...]
     keys: tuple[JoinKey, ...]
@@ -48,16 +111,23 @@ class TreePlan:
     aggregate: FastRefreshPlan | None = None  # top == "aggregate": over INPUT_VIEW
     aggregate_sql: str | None = None
     distinct: bool = False  # the aggregate is the query's SELECT DISTINCT (GROUP BY every output)
+    root: Block | None = None  # None: the flat tree, one block over ``scans``
+
+    @property
+    def block(self) -> Block:
+        """The root block (the flat form's: an inner join of the scans)."""
+        if self.root is not None:
+            return self.root
+        return Block(ROOT_VIEW, self.block_sql, self.scans, self.keys, filtered=self.filtered)
+
+    @property
+    def linear(self) -> bool:
+        """Every operator is linear (no keyed input, no interior aggregate): appends only append."""
+        return all(isinstance(n, Scan) for n in self.block.inputs) and not self.block.keyed
 
     def describe(self) -> list[str]:
         """One line per operator, "operator: rule", from the leaves up (for run messages, EXPLAIN)."""
-        lines = [f"scan {s.table} AS {s.alias}: MV-log change rows" for s in self.scans]
-        if len(self.scans) > 1:
-            lines.append(
-                f"inner join of {len(self.scans)} inputs: linear, Σ_i T1'⋈…⋈ΔTi⋈…⋈Tn over the occurrences"
-            )
-        if self.filtered:
-            lines.append("filter: linear, applied to the change rows")
+        lines = _describe(self.block)
         if self.top == "projection":
             lines.append("project (top): signed rows merged into the MV by row value")
         else:
@@ -68,11 +138,90 @@ class TreePlan:
         return lines
 
 
+def _describe(block: Block) -> list[str]:
+    lines: list[str] = []
+    for node in block.inputs:
+        if isinstance(node, Scan):
+            lines.append(f"scan {node.table} AS {node.alias}: MV-log change rows")
+        elif isinstance(node, Block):
+            lines.extend(_describe(node))
+        else:
+            lines.extend(_describe(node.input))
+            what = f"by {node.key}: recompute of the groups reached" if node.key else ": recomputed whole"
+            lines.append(f"{node.operator} {what} (keyed)")
+    linear = len(block.inputs) - len(block.keyed)
+    if linear > 1:
+        lines.append(f"inner join of {linear} inputs: linear, Σ_i T1'⋈…⋈ΔTi⋈…⋈Tn over the occurrences")
+    if block.filtered:
+        lines.append("filter: linear, applied to the change rows")
+    for keyed in block.keyed:
+        if keyed.column is None:
+            lines.append(f"{keyed.operator}: recompute of the block whole when its input changes")
+        else:
+            reached = f"the rows whose {keyed.outer_column} its change reaches"
+            lines.append(f"{keyed.operator}: recompute of {reached} (keyed)")
+    return lines
+
+
+def _key_record(key: JoinKey) -> list[str]:
+    return [key.left_table, key.left_column, key.right_table, key.right_column]
+
+
+def _node_record(node: Node) -> dict[str, Any]:
+    if isinstance(node, Scan):
+        return {"scan": {"table": node.table, "alias": node.alias, "view": node.view}}
+    if isinstance(node, Aggregate):
+        return {
+            "aggregate": {
+                "view": node.view,
+                "sql": node.sql,
+                "input": _node_record(node.input),
+                "key": node.key,
+                "output": node.output,
+                "operator": node.operator,
+            }
+        }
+    return {
+        "block": {
+            "view": node.view,
+            "sql": node.sql,
+            "inputs": [_node_record(n) for n in node.inputs],
+            "keys": [_key_record(k) for k in node.keys],
+            "keyed": [[k.view, k.operator, k.column, k.outer_view, k.outer_column] for k in node.keyed],
+            "left_keys": [_key_record(k) for k in node.left_keys],
+            "lineage": [list(item) for item in node.lineage],
+            "filtered": node.filtered,
+        }
+    }
+
+
+def _node_from_record(record: dict[str, Any]) -> Node:
+    if "scan" in record:
+        s = record["scan"]
+        return Scan(s["table"], s["alias"], s["view"])
+    if "aggregate" in record:
+        a = record["aggregate"]
+        found = _node_from_record(a["input"])
+        assert isinstance(found, Block)
+        return Aggregate(a["view"], a["sql"], found, a["key"], a["output"], a["operator"])
+    b = record["block"]
+    return Block(
+        view=b["view"],
+        sql=b["sql"],
+        inputs=tuple(_node_from_record(n) for n in b["inputs"]),
+        keys=tuple(JoinKey(*k) for k in b["keys"]),
+        keyed=tuple(Keyed(*k) for k in b["keyed"]),
+        left_keys=tuple(JoinKey(*k) for k in b["left_keys"]),
+        lineage=tuple((o, v, c) for o, v, c in b["lineage"]),
+        filtered=bool(b["filtered"]),
+    )
+
+
 def tree_json(tree: TreePlan) -> str:
     """``tree`` as the JSON text stored in ``FastRefreshPlan.tree``."""
     record: dict[str, Any] = {
         "scans": [{"table": s.table, "alias": s.alias, "view": s.view} for s in tree.scans],
-        "keys": [[k.left_table, k.left_column, k.right_table, k.right_column] for k in tree.keys],
+        "keys": [_key_record(k) for k in tree.keys],
         "filtered": tree.filtered,
         "block_sql": tree.block_sql,
         "top": tree.top,
@@ -80,6 +229,8 @@ def tree_json(tree: TreePlan) -> str:
         "aggregate_sql": tree.aggregate_sql,
         "distinct": tree.distinct,
     }
+    if tree.root is not None:  # the flat form stays as it was (older workers read it)
+        record["root"] = _node_record(tree.root)
     return json.dumps(record, sort_keys=True)
 
 
@@ -87,6 +238,9 @@ def tree_from_json(text: str) -> TreePlan:
     """The tree stored as ``text`` by ``tree_json``."""
     record = json.loads(text)
     aggregate = record.get("aggregate")
+    root = record.get("root")
+    found = None if root is None else _node_from_record(root)
+    assert found is None or isinstance(found, Block)
     return TreePlan(
         scans=tuple(Scan(s["table"], s["alias"], s["view"]) for s in record["scans"]),
         keys=tuple(JoinKey(*k) for k in record.get("keys", ())),
@@ -96,4 +250,5 @@ def tree_from_json(text: str) -> TreePlan:
         aggregate=None if aggregate is None else fast_plan_from_record(aggregate),
         aggregate_sql=record.get("aggregate_sql"),
         distinct=bool(record.get("distinct")),
+        root=found,
     )

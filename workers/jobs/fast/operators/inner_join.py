@@ -1,15 +1,21 @@
-"""Inner join (with its filter and projection: the tree's linear block), by its delta rule.
+"""A block (one SELECT over its inputs: inner join, filter, projection, and the inputs it is not
+linear in), by its delta rule.
 
-Over signed bags a join is linear in each input, so with T the scans at the MV's watermark, T' at
-the pinned version and ΔT their change rows, exactly (duplicates, NULL keys and self-joins included,
+Over signed bags a join is linear in each input, so with T the inputs at the MV's watermark, T' at
+the pinned versions and ΔT their changes, exactly (duplicates, NULL keys and self-joins included,
 as the sum runs over occurrences, not tables):
 
     Δ(T_1 ⋈ … ⋈ T_n) = Σ_i  T_1' ⋈ … ⋈ T_{i-1}' ⋈ ΔT_i ⋈ T_{i+1} ⋈ … ⋈ T_n
 
 Filter and projection are linear too: each term is the block's own SQL (the user's expressions, join
-semantics and types) over the scans' views bound to those frames. The other side of each key
-equality of the changed occurrence is narrowed to the keys its change rows hold
-(``workers.jobs.fast.join.narrowed``: a filter Delta skips files by, or a broadcast semi-join).
+semantics and types) over the inputs' views bound to those frames. The other side of each key
+equality of the changed input is narrowed to the keys its change rows hold
+(``workers.jobs.fast.join.narrowed``: a filter Delta skips files by, or a broadcast semi-join), and so
+is a subquery's input correlated to it.
+
+The inputs the block is not linear in (``Block.keyed``: the right side of a LEFT JOIN, a subquery's
+tables) come after, one step each of the same telescoping sum with every linear input at new: the
+block recomputed for the keys their change reaches (``keyed``).
 """
 
 from __future__ import annotations
@@ -17,48 +23,83 @@ from __future__ import annotations
 from functools import reduce
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import TreePlan
-from workers.jobs.complete import run_query
-from workers.jobs.fast import apply
+from workers.ddl.tree.values import Block, Keyed, Node, Scan
 from workers.jobs.fast.join import narrowed
-from workers.jobs.fast.operators.scan import ScanFrames
-
-_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+from workers.jobs.fast.operators.keyed import KEY, Evaluation, Signed
 
 
-def block_at_new(scope: apply.Scope, tree: TreePlan, frames: ScanFrames) -> DataFrame:
-    """The block's rows over every scan at the pinned version (lazy: read only where used)."""
-    tables = {s.view: frames.new[s.table] for s in tree.scans}
-    return run_query(scope.session, scope.settings, tree.block_sql, tables, mv_name=scope.mv_name)
+def block_delta(ev: Evaluation, block: Block) -> Signed | None:
+    """Σ over the block's changed inputs of its term (gained rows, lost rows); None when none changed."""
+    gained: list[DataFrame] = []
+    lost: list[DataFrame] = []
+    current = {n.view: ev.at(n, False) for n in block.inputs}
+    linear = [n for n in block.inputs if block.keyed_input(n.view) is None]
+    for node in linear:
+        delta = ev.delta(node)
+        if delta is not None:
+            tables = _narrowed_for(ev, block, node, current)
+            gained.append(ev.sql(block.sql, {**tables, node.view: delta[0]}))
+            lost.append(ev.sql(block.sql, {**tables, node.view: delta[1]}))
+        current[node.view] = ev.at(node, True)
+    for node in block.inputs:
+        keyed = block.keyed_input(node.view)
+        if keyed is not None and ev.delta(node) is not None:
+            term = _keyed_term(ev, block, node, keyed, current)
+            gained.append(term[0])
+            lost.append(term[1])
+        current[node.view] = ev.at(node, True)
+    if not gained:
+        return None
+    return reduce(DataFrame.unionByName, gained), reduce(DataFrame.unionByName, lost)
 
 
-def block_delta(
-    scope: apply.Scope, tree: TreePlan, frames: ScanFrames, change_types: tuple[str, ...]
-) -> DataFrame | None:
-    """Σ_i over the changed occurrences of the block with occurrence i's change rows of
-    ``change_types`` (the rows the block gains, or loses); None when no scan changed."""
-    terms = []
-    for index, scan in enumerate(tree.scans):
-        read = frames.reads.get(scan.table)
-        if read is None:
+def _narrowed_for(
+    ev: Evaluation, block: Block, node: Node, current: dict[str, DataFrame]
+) -> dict[str, DataFrame]:
+    """The other inputs as ``node``'s term reads them, each joined to it by a key equality (or a
+    subquery's correlation) narrowed to the keys its change holds (once for both signs)."""
+    tables = dict(current)
+    pairs = []
+    for key in block.keys:
+        pairs += [
+            ((key.left_table, key.left_column), (key.right_table, key.right_column)),
+            ((key.right_table, key.right_column), (key.left_table, key.left_column)),
+        ]
+    for keyed in block.keyed:
+        if keyed.column is not None and keyed.outer_view is not None and keyed.outer_column is not None:
+            pairs.append(((keyed.outer_view, keyed.outer_column), (keyed.view, keyed.column)))
+    for (view, column), (other, other_column) in pairs:
+        if view != node.view or other == node.view:
             continue
-        tables = {
-            other.view: (frames.new if j < index else frames.old)[other.table]
-            for j, other in enumerate(tree.scans)
-            if j != index
-        }
-        for key in tree.keys:  # the other side of each of this occurrence's key equalities, narrowed
-            for mine, (view, column) in (
-                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
-                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
-            ):
-                if mine[0] == scan.view and view != scan.view:
-                    tables[view] = narrowed(
-                        tables[view], column, read.frame, mine[1], nulls=False, rows=read.rows
-                    )
-        mine_rows = read.frame.where(F.col("_change_type").isin(*change_types)).drop(*_CHANGE_COLUMNS)
-        tables[scan.view] = mine_rows
-        terms.append(run_query(scope.session, scope.settings, tree.block_sql, tables, mv_name=scope.mv_name))
-    return reduce(DataFrame.unionByName, terms) if terms else None
+        if isinstance(node, Scan):  # the change rows as read (both signs): no job of their own
+            read = ev.frames.reads[node.table]
+            tables[other] = narrowed(
+                tables[other], other_column, read.frame, column, nulls=False, rows=read.rows
+            )
+        else:
+            keys = ev.keys(node, column)
+            tables[other] = narrowed(
+                tables[other], other_column, keys.frame, KEY, nulls=False, rows=keys.rows
+            )
+    return tables
+
+
+def _keyed_term(
+    ev: Evaluation, block: Block, node: Node, keyed: Keyed, current: dict[str, DataFrame]
+) -> Signed:
+    """The block's step for the keyed input ``node``: recomputed with ``node`` at new (gained) and
+    at old (lost), both restricted to the keys its change reaches (whole without a key)."""
+    if keyed.column is None or keyed.outer_view is None or keyed.outer_column is None:
+        return (
+            ev.sql(block.sql, {**current, node.view: ev.at(node, True)}),
+            ev.sql(block.sql, {**current, node.view: ev.at(node, False)}),
+        )
+    keys = ev.keys(node, keyed.column)
+    outer = next(n for n in block.inputs if n.view == keyed.outer_view)
+    tables = dict(current)
+    # A NULL key matches nothing: the rows holding one are the same before and after.
+    tables[outer.view] = ev.restricted(outer, True, keyed.outer_column, keys, nulls=False)
+    new = ev.restricted(node, True, keyed.column, keys, nulls=False)
+    old = ev.restricted(node, False, keyed.column, keys, nulls=False)
+    return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})

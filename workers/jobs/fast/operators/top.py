@@ -1,6 +1,7 @@
 """The top of the tree: what the run commits from the block's signed rows.
 
-* projection (the MV is the block's rows): appended when every changed base only appended, else the
+* projection (the MV is the block's rows): appended when every changed base only appended (and every
+  operator is linear: an anti join loses rows on an insert), else the
   rewrite merge of ``apply.projection_change`` (net copies per distinct row, exact for duplicates);
 * aggregate (``TreePlan.aggregate``, a one-input aggregate over the block): the block's signed rows
   are its input's change rows and the block at the pinned version its input at v, merged by
@@ -23,8 +24,9 @@ from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.inputs import base_input
-from workers.jobs.fast.operators.inner_join import block_at_new, block_delta
-from workers.jobs.fast.operators.scan import ScanFrames, scan_frames
+from workers.jobs.fast.operators.inner_join import block_delta
+from workers.jobs.fast.operators.nodes import Evaluation
+from workers.jobs.fast.operators.scan import scan_frames
 
 
 def tree_change(
@@ -32,44 +34,44 @@ def tree_change(
 ) -> tuple[apply.Change, bool]:
     """The change the tree's rules compute, named by them, and whether its change rows were shared."""
     frames = scan_frames(scope, tree, ranges)
+    ev = Evaluation(scope, frames)
     if tree.top == "projection":
-        change = _projection(scope, tree, frames, ranges)
+        change = _projection(scope, tree, ev, ranges)
     else:
-        change = _aggregate(scope, tree, frames, state)
+        change = _aggregate(scope, tree, ev, state)
     rules = "; ".join(tree.describe())
     return replace(change, plan=f"operator tree [{rules}], {change.plan}"), frames.shared
 
 
-def _signed(scope: apply.Scope, tree: TreePlan, frames: ScanFrames) -> tuple[DataFrame, DataFrame]:
-    gained = block_delta(scope, tree, frames, apply.INSERT_TYPES)
-    lost = block_delta(scope, tree, frames, apply.DELETE_TYPES)
-    assert gained is not None and lost is not None, "a run has at least one changed base"
-    return gained, lost
+def _signed(ev: Evaluation, tree: TreePlan) -> tuple[DataFrame, DataFrame]:
+    found = block_delta(ev, tree.block)  # the root's change, not held: the top reads it
+    assert found is not None, "a run has at least one changed base"
+    return found
 
 
 def _projection(
-    scope: apply.Scope, tree: TreePlan, frames: ScanFrames, ranges: Mapping[str, tuple[int, int]]
+    scope: apply.Scope, tree: TreePlan, ev: Evaluation, ranges: Mapping[str, tuple[int, int]]
 ) -> apply.Change:
-    session, settings = scope.session, scope.settings
+    session, settings, frames = scope.session, scope.settings, ev.frames
     inserted = [append.inserted_rows(session, settings, b, *ranges[b]) for b in frames.reads]
-    if all(n is not None for n in inserted):  # only appends: only gained rows, appended
-        gained = block_delta(scope, tree, frames, apply.INSERT_TYPES)
+    if tree.linear and all(n is not None for n in inserted):  # only appends: only gained rows, appended
+        gained = _signed(ev, tree)[0]
         total = sum(n or 0 for n in inserted)
         return apply.Change("append", total, f"{total} rows inserted", appended=gained)
-    outputs = _signed(scope, tree, frames)
+    outputs = _signed(ev, tree)
     counted = reduce(DataFrame.unionByName, [r.frame.select("_change_type") for r in frames.reads.values()])
     mv = scope.mv_frame()
     return apply.projection_change(scope, tree.block_sql, tree.scans[0].view, counted, mv, outputs=outputs)
 
 
-def _aggregate(scope: apply.Scope, tree: TreePlan, frames: ScanFrames, state: StateStore) -> apply.Change:
+def _aggregate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateStore) -> apply.Change:
     plan, query = tree.aggregate, tree.aggregate_sql
     assert plan is not None and query is not None and plan.base_table == INPUT_VIEW
-    gained, lost = _signed(scope, tree, frames)
+    gained, lost = _signed(ev, tree)
     rows = gained.withColumn("_change_type", F.lit("insert")).unionByName(
         lost.withColumn("_change_type", F.lit("delete"))
     )
-    block = block_at_new(scope, tree, frames)
+    block = ev.at(tree.block, True)
     mv = scope.mv_frame()
     if plan.kind == "aggregate_having":
         return having.having_change(scope, query, plan, rows, mv, block)
@@ -77,4 +79,4 @@ def _aggregate(scope: apply.Scope, tree: TreePlan, frames: ScanFrames, state: St
     at_v = replace(
         base_input(scope, query, plan, block), changes="the joined change rows", source="the bases"
     )
-    return aggregate_merge(scope, query, plan, rows, mv, at_v, state, change_rows=frames.change_rows)
+    return aggregate_merge(scope, query, plan, rows, mv, at_v, state, change_rows=ev.frames.change_rows)

@@ -1,0 +1,65 @@
+"""Keyed recompute: the one rule of the operators that are not linear (an aggregate below the top,
+the inputs of semi / anti joins, of LEFT JOINs and of scalar subqueries). With K the key values
+(group key, join key, correlation key) the inputs' changes reach, a node's rows outside K are the same
+before and after, so exactly
+
+    Δ node = node(inputs at new, restricted to K) − node(inputs at old, restricted to K)
+
+the restriction pushed down to the scans (``nodes.Evaluation.restricted``). Without a key (an
+aggregate without GROUP BY, an uncorrelated subquery, NOT IN's NULL semantics) K is everything: the
+node is recomputed whole, before and after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyspark.sql import DataFrame
+
+from workers.ddl.tree.values import Aggregate, Node
+from workers.jobs.fast.operators.scan import ScanFrames
+
+KEY = "__mvs_key"  # the one column of a set of key values
+
+# A node's change: the rows it gains and the rows it loses (signed bags; a row in both cancels).
+Signed = tuple[DataFrame, DataFrame]
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key values (one column, ``KEY``), held on the driver, and how many rows hold them."""
+
+    frame: DataFrame
+    rows: int
+
+
+class Evaluation(Protocol):
+    """What a rule asks of the run's nodes (``nodes.Evaluation``: rows at a version, changes, key
+    values, restricted rows; the block's SQL over its inputs' frames)."""
+
+    @property
+    def frames(self) -> ScanFrames: ...
+
+    def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame: ...
+
+    def at(self, node: Node, new: bool) -> DataFrame: ...
+
+    def delta(self, node: Node) -> Signed | None: ...
+
+    def keys(self, node: Node, column: str) -> Keys: ...
+
+    def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame: ...
+
+
+def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
+    """The groups the input's change reaches, recomputed at new (gained) and at old (lost)."""
+    if ev.delta(node.input) is None:
+        return None
+    if node.key is None:
+        return ev.at(node, True), ev.at(node, False)
+    keys = ev.keys(node.input, node.key)
+    view = node.input.view
+    new = ev.restricted(node.input, True, node.key, keys, nulls=True)
+    old = ev.restricted(node.input, False, node.key, keys, nulls=True)
+    return ev.sql(node.sql, {view: new}), ev.sql(node.sql, {view: old})

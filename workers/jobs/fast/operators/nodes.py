@@ -1,0 +1,144 @@
+"""Every node of the operator tree as a run sees it: its rows at the MV's watermark (``at(node,
+new=False)``) and at the pinned versions (``new=True``), lazy DataFrames of its Spark SQL over its
+inputs' rows; its change (``delta``: the rows it gains and the rows it loses, each node by its
+rule); and its rows ``restricted`` to some values of one of its columns, the restriction pushed down
+to the scans through the column's lineage (a filter Delta skips files by, or a broadcast semi-join:
+``workers.jobs.fast.join.narrowed``) so that recomputing a few keys reads only their rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from workers.ddl.tree.values import Aggregate, Block, Node, Scan
+from workers.jobs.complete import run_query
+from workers.jobs.fast import apply
+from workers.jobs.fast.join import narrowed
+from workers.jobs.fast.operators.inner_join import block_delta
+from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta
+from workers.jobs.fast.operators.scan import ScanFrames
+from workers.jobs.spark.held import hold_counted
+
+_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+@dataclass
+class Evaluation:
+    """One run's view of the tree's nodes (memoized per node: each is built once)."""
+
+    scope: apply.Scope
+    frames: ScanFrames
+    _at: dict[tuple[str, bool], DataFrame] = field(default_factory=dict)
+    _delta: dict[str, Signed | None] = field(default_factory=dict)
+
+    def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame:
+        self.scope.views.update(tables)
+        scope = self.scope
+        return run_query(scope.session, scope.settings, query, tables, mv_name=scope.mv_name)
+
+    def changed(self, node: Node) -> bool:
+        if isinstance(node, Scan):
+            return node.table in self.frames.reads
+        if isinstance(node, Aggregate):
+            return self.changed(node.input)
+        return any(self.changed(n) for n in node.inputs)
+
+    def at(self, node: Node, new: bool) -> DataFrame:
+        """``node``'s rows at the pinned versions (``new``) or at the MV's watermark."""
+        if isinstance(node, Scan):
+            return (self.frames.new if new else self.frames.old)[node.table]
+        if not self.changed(node):
+            new = False  # one frame for both
+        found = self._at.get((node.view, new))
+        if found is None:
+            if isinstance(node, Aggregate):
+                found = self.sql(node.sql, {node.input.view: self.at(node.input, new)})
+            else:
+                found = self.sql(node.sql, {n.view: self.at(n, new) for n in node.inputs})
+            self._at[(node.view, new)] = found
+        return found
+
+    def delta(self, node: Node) -> Signed | None:
+        """``node``'s change by its rule; None when none of its scans changed."""
+        if isinstance(node, Scan):
+            read = self.frames.reads.get(node.table)
+            if read is None:
+                return None
+            rows = read.frame
+            gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*_CHANGE_COLUMNS)
+            lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
+            return gained, lost
+        if node.view not in self._delta:
+            found = aggregate_delta(self, node) if isinstance(node, Aggregate) else block_delta(self, node)
+            if found is not None:  # an interior node's change: computed once, read by every use
+                found = (self.scope.in_memory(found[0]), self.scope.in_memory(found[1]))
+            self._delta[node.view] = found
+        return self._delta[node.view]
+
+    def keys(self, node: Node, column: str) -> Keys:
+        """The distinct values of ``column`` among ``node``'s change rows (both signs), held."""
+        delta = self.delta(node)
+        assert delta is not None
+        if isinstance(node, Scan):
+            rows = self.frames.reads[node.table].frame.select(F.col(f"`{column}`").alias(KEY))
+        else:
+            rows = (
+                delta[0]
+                .select(F.col(f"`{column}`").alias(KEY))
+                .unionByName(delta[1].select(F.col(f"`{column}`").alias(KEY)))
+            )
+        frame, count = hold_counted(self.scope.session, rows.distinct())
+        return Keys(frame, count)
+
+    def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame:
+        """``node``'s rows whose ``column`` is among ``keys`` (NULL-safe when ``nulls``), or a
+        superset of them that holds every row with such a value: read narrowed at the scans where the
+        column's lineage and the node's equalities reach."""
+        at = self.at(node, new)
+        if isinstance(node, Scan):
+            return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+        if isinstance(node, Aggregate):
+            if node.key is None or column != node.output:
+                return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+            rows = self.restricted(node.input, new, node.key, keys, nulls=nulls)
+            return self.sql(node.sql, {node.input.view: rows})
+        origin = next(((v, c) for o, v, c in node.lineage if o == column), None)
+        if origin is None:
+            return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+        tables = {n.view: self.at(n, new) for n in node.inputs}
+        for view, reached in reached_by(node, *origin).items():
+            found = next(n for n in node.inputs if n.view == view)
+            tables[view] = self.restricted(found, new, reached, keys, nulls=nulls)
+        rows = self.sql(node.sql, tables)
+        return narrowed(rows, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+
+
+def reached_by(block: Block, view: str, column: str) -> dict[str, str]:
+    """The inputs of ``block`` (by view, with their column) whose rows a restriction of input
+    ``view``'s ``column`` to some values restricts too, without changing the block's rows that hold
+    them: ``view`` itself, and through the equalities of the inner join (both ways), of a LEFT
+    JOIN's ON (from its left side to its right) and of a subquery's correlation (to the subquery)."""
+    reached = {view: column}
+    work = [(view, column)]
+    while work:
+        at_view, at_column = work.pop()
+        pairs = []
+        for key in block.keys:
+            pairs += [
+                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
+                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
+            ]
+        pairs += [((k.left_table, k.left_column), (k.right_table, k.right_column)) for k in block.left_keys]
+        pairs += [
+            ((k.outer_view, k.outer_column), (k.view, k.column))
+            for k in block.keyed
+            if k.column is not None and k.outer_view is not None and k.outer_column is not None
+        ]
+        for (v, c), (other, other_column) in pairs:
+            if (v, c) == (at_view, at_column) and other not in reached:
+                reached[other] = other_column
+                work.append((other, other_column))
+    return reached
