@@ -39,6 +39,8 @@ RULES: dict[str, str] = {
     "recomputed over the join at the pinned versions, one MERGE keyed by the group",
     "union_projection": "UNION ALL: each branch's change rows through its projection (the union of "
     "the branches' changes), appended or merged by value",
+    "top_n": "ORDER BY … LIMIT: the query without them kept FAST in a helper table (<mv>__mvtopn, by "
+    "the rules below), the MV rewritten as its top n where they differ",
 }
 FLOATING = frozenset({"double", "float"})
 
@@ -171,6 +173,11 @@ def _runs(mode: str, fast: bool) -> str:
 
 
 def _plan_json(plan: FastRefreshPlan) -> PlanJson:
+    top_n = getattr(plan, "top_n", None)
+    if top_n is not None:  # the inner plan, and the top-N's rule before its own
+        inner = _plan_json(top_n.inner)
+        top = f"{RULES['top_n']} (ORDER BY {top_n.order_by} LIMIT {top_n.limit})"
+        return {**inner, "kind": plan.kind, "rules": [top, *inner["rules"]]}
     keys = list(plan.group_by) or [
         f"{k.left_table}.{k.left_column} = {k.right_table}.{k.right_column}" for k in plan.join_keys
     ]
@@ -195,7 +202,9 @@ def _has_mv_log(settings: Settings, table: str) -> bool:
 
 def _helper_state(settings: Settings, name: str, plan: FastRefreshPlan) -> HelperStateJson | None:
     """The helper state an aggregate MV keeps (docs/ARCHITECTURE.md, "Helper state of aggregate MVs"):
-    when what the MV shows cannot carry its refresh."""
+    when what the MV shows cannot carry its refresh (a top-N MV: its inner rows table's)."""
+    if plan.top_n is not None:
+        return _helper_state(settings, warehouse.top_n_table_name(name), plan.top_n.inner)
     if not plan.aggregates:
         return None
     why = []

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlparse
 from deltalake import DeltaTable
 from deltalake._internal import DeltaFileSystemHandler, TableNotFoundError
 
-from workers.catalog.names import MLOG_SUFFIX, MVSTATE_SUFFIX, check_table_name
+from workers.catalog.names import MLOG_SUFFIX, MVSTATE_SUFFIX, TOPN_SUFFIX, check_table_name
 from workers.config import Settings, spark_location
 
 DELTA_LOG = "_delta_log"
@@ -59,6 +59,18 @@ def state_table_name(mv: str) -> str:
     """The helper state of aggregate MV ``mv`` (per-group counts and exact sums, never shown to its
     readers; ``workers.jobs.fast.aggregate.state``) is the Delta table ``<mv>__mvstate``."""
     return check_table_name(f"{check_table_name(mv)}{MVSTATE_SUFFIX}")
+
+
+def top_n_table_name(mv: str) -> str:
+    """The rows of top-N MV ``mv``'s query without its ORDER BY … LIMIT (kept FAST, the MV is their
+    top n; ``workers.jobs.fast.top_n``) are the Delta table ``<mv>__mvtopn``."""
+    return check_table_name(f"{check_table_name(mv)}{TOPN_SUFFIX}")
+
+
+def helper_tables(mv: str) -> tuple[str, ...]:
+    """Every helper table MV ``mv`` may keep beside it (never shown to its readers): its helper
+    state, and a top-N MV's inner rows with theirs."""
+    return (state_table_name(mv), top_n_table_name(mv), state_table_name(top_n_table_name(mv)))
 
 
 def local_table_dir(settings: Settings, name: str) -> Path:

@@ -26,6 +26,7 @@ from tests.support.run_requests import run_request
 from workers import demo_tables as tables
 from workers import warehouse
 from workers.config import Settings
+from workers.ddl.plan import TopN
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.delta import log as deltalog
@@ -64,6 +65,41 @@ def multiset_difference(got: Sequence[tuple[Any, ...]], want: Sequence[tuple[Any
     )
 
 
+# A row of a top-N query's inner rows: its values, its rank by the ORDER BY (1 + the rows before it) and
+# how many rows sort before it or with it (its tie group's last position).
+RankedRow = tuple[tuple[Any, ...], int, int]
+
+
+def top_n_difference(got: Sequence[tuple[Any, ...]], ranked: Sequence[RankedRow], limit: int) -> str | None:
+    """None when ``got`` is one of the valid results of ``ORDER BY … LIMIT limit`` over ``ranked``
+    (the inner query's rows, each with its rank and tie group end), else what is wrong. Ties at the
+    boundary make several results valid: every row whose whole tie group fits in the first ``limit``
+    must be there, the rest of the ``limit`` rows come from the tie group the boundary cuts, and no
+    row from after it (values compared exactly: the top-N shapes order and select no floats)."""
+    sure = Counter(row for row, _, upto in ranked if upto <= limit)
+    boundary = Counter(row for row, rank, upto in ranked if rank <= limit < upto)
+    have = Counter(got)
+    size = min(limit, len(ranked))
+    problems = []
+    if len(got) != size:
+        problems.append(f"{len(got)} rows, not {size}")
+    if missing := sure - have:
+        problems.append(f"rows of the top {limit} missing: {sorted(missing.elements(), key=_order)}")
+    if foreign := (have - sure) - boundary:
+        problems.append(f"rows not in the top {limit}: {sorted(foreign.elements(), key=_order)}")
+    return "; ".join(problems) or None
+
+
+def ranked_rows(session: Any, top: TopN) -> list[RankedRow]:
+    """The rows of a top-N query's inner query in ``session`` (its views are the bases at the
+    watermark), each with its rank and tie group end by the query's ORDER BY."""
+    ranked = session.sql(
+        f"SELECT *, rank() OVER (ORDER BY {top.order_by}) AS __mvs_rank, "
+        f"count(*) OVER (ORDER BY {top.order_by}) AS __mvs_upto FROM ({top.inner_query}) AS q"
+    )
+    return [(tuple(r)[:-2], r["__mvs_rank"], r["__mvs_upto"]) for r in ranked.collect()]
+
+
 # ------------------------------------------------------- helper state (issue 10, item 1: helper state)
 def reads_no_base(query: str, message: str) -> bool:
     """An aggregate without MIN/MAX is refreshed from its deltas, its own columns and its helper state:
@@ -99,6 +135,7 @@ class Scenario:
         self.prefixed = prefixed.pop()
         self.oracle = spark.newSession()  # its temp views named like the bases are them at a version
         self.refreshes = 0
+        self.top_n: dict[str, TopN] = {}  # the top-N MVs' inner queries (the oracle ranks their rows)
         self.log: list[str] = []  # what happened, for the failure message
 
     # ------------------------------------------------------------------------------------- lifecycle
@@ -120,12 +157,14 @@ class Scenario:
             request = run_request(self.settings, mv, query, run="c0")
             plan = request.plan.fast_refresh
             assert plan is not None and plan.kind == self.kinds[mv], (query, request.plan.fast_reason)
+            if plan.top_n is not None:
+                self.top_n[mv] = plan.top_n
             assert refresh.refresh_complete(self.spark, self.settings, request).applied
             self.check(mv)
 
     def drop(self) -> None:
         logs = [warehouse.mlog_table_name(base) for base in self.bases]
-        states = [warehouse.state_table_name(mv) for mv in self.mvs]
+        states = [helper for mv in self.mvs for helper in warehouse.helper_tables(mv)]
         for base in self.bases:
             self.oracle.catalog.dropTempView(base)
         for name in [*self.mvs, *states, *logs, *self.bases]:
@@ -217,8 +256,11 @@ class Scenario:
         wanted = [(f.name, f.dataType.simpleString()) for f in expected.schema.fields]
         assert columns == wanted, f"{mv}: columns {columns}, the query's {wanted}"
         got = [tuple(r) for r in table.collect()]
-        want = [tuple(r) for r in expected.collect()]
-        difference = multiset_difference(got, want)
+        top = self.top_n.get(mv)
+        if top is None:
+            difference = multiset_difference(got, [tuple(r) for r in expected.collect()])
+        else:  # ties at the boundary: one of the valid top n
+            difference = top_n_difference(got, ranked_rows(self.oracle, top), top.limit)
         assert difference is None, f"{mv} at {watermark}: {difference}\n{self.story(mv)}"
 
     def watermark(self, mv: str) -> dict[str, int]:

@@ -118,7 +118,7 @@ def test_a_join_is_analysed_with_the_columns_of_its_tables_as_the_coordinator_do
 @pytest.mark.parametrize(
     ("query", "construct", "reason"),
     [
-        ("SELECT id, amount FROM sales ORDER BY amount LIMIT 3", "3", "LIMIT"),
+        ("SELECT id, amount FROM sales LIMIT 3", "3", "LIMIT without ORDER BY"),
         ("SELECT region, amount, ROW_NUMBER() OVER (ORDER BY amount) AS n FROM sales", "ROW_NUMBER", ""),
     ],
 )

@@ -25,8 +25,11 @@ MAX_NAME_LENGTH = 128
 MLOG_SUFFIX = "__mlog"  # workers/jobs keeps the MV log of table T in the table T__mlog
 # workers/jobs keeps the helper state of aggregate MV M (per-group counts and sums) in M__mvstate
 MVSTATE_SUFFIX = "__mvstate"
-# A warehouse folder may also be an MV log or state table: the longest name plus the longest suffix.
-MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(MVSTATE_SUFFIX))
+# ... and the rows of a top-N MV's query without its ORDER BY … LIMIT in M__mvtopn (whose own helper
+# state is M__mvtopn__mvstate)
+TOPN_SUFFIX = "__mvtopn"
+# A warehouse folder may also be an MV log or helper table: the longest name plus the longest suffix.
+MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(TOPN_SUFFIX) + len(MVSTATE_SUFFIX))
 # The fleet's own tables in the warehouse (workers/worker/history_table.py): run history and task
 # states. An MV may read them; none may be created under these names (it would replace them).
 REFRESH_HISTORY_TABLE = "mvs_refresh_history"
@@ -78,8 +81,9 @@ def mv_name_problem(name: object) -> str | None:
     problem = name_problem(name, "materialized view")
     if problem is None and isinstance(name, str) and name.endswith(MLOG_SUFFIX):
         return f"materialized view names ending in {MLOG_SUFFIX} are reserved for MV log tables"
-    if problem is None and isinstance(name, str) and name.endswith(MVSTATE_SUFFIX):
-        return f"materialized view names ending in {MVSTATE_SUFFIX} are reserved for MV state tables"
+    for suffix in (MVSTATE_SUFFIX, TOPN_SUFFIX):
+        if problem is None and isinstance(name, str) and name.endswith(suffix):
+            return f"materialized view names ending in {suffix} are reserved for MV state tables"
     if problem is None and name in RESERVED_TABLE_NAMES:
         return f"{name} is reserved for the table mvs keeps its {_RESERVED_WHAT[str(name)]} in"
     return problem

@@ -220,7 +220,7 @@ def _unqualified(select: exp.Select, qualifiers: set[str]) -> exp.Select:
     return copy
 
 
-def check_deterministic(select: exp.Select) -> None:
+def check_deterministic(select: exp.Expr) -> None:
     """NotEligible at the first function whose value a re-evaluation over the changes could change."""
     for func in select.find_all(exp.Func):
         name = func.name.lower() if isinstance(func, exp.Anonymous) else ""

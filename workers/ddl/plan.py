@@ -8,6 +8,7 @@ form, and does not use sqlglot.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -21,6 +22,7 @@ FastKind = Literal[
     "union_projection",
     "join_aggregate_having",
     "tree",
+    "top_n",
 ]
 FAST_KINDS: tuple[FastKind, ...] = (
     "projection",
@@ -31,6 +33,7 @@ FAST_KINDS: tuple[FastKind, ...] = (
     "union_projection",  # UNION ALL of projections: ``tables`` lists the tables its branches read
     "join_aggregate_having",  # GROUP BY … HAVING over a join: ``inputs`` are its group keys only
     "tree",  # the operator tree (``workers.ddl.tree``): ``tree`` holds it, ``tables`` its scans
+    "top_n",  # ORDER BY … LIMIT n over any FAST plan: ``top_n`` holds the inner plan (``TopN``)
 )
 # Kinds of one base table; a join kind reads ``FastRefreshPlan.tables``.
 JOIN_KINDS: tuple[FastKind, ...] = ("join_projection", "join_aggregate", "join_aggregate_having")
@@ -142,15 +145,33 @@ class FastRefreshPlan:
     # Kind ``tree``: the operator tree as JSON (``workers.ddl.tree.values``); ``tables`` then lists
     # every scan (a self-join's table twice, by its aliases).
     tree: str | None = None
+    # Kind ``top_n``: the query without its ORDER BY … LIMIT, its plan, and the two clauses.
+    top_n: TopN | None = None
 
     @property
     def base_tables(self) -> tuple[str, ...]:
         """Every base table whose changes the plan applies (each once)."""
+        if self.top_n is not None:
+            return self.top_n.inner.base_tables
         return tuple(dict.fromkeys(t.table for t in self.tables)) if self.tables else (self.base_table,)
 
     @property
     def needs_recompute_on_delete(self) -> bool:
+        if self.top_n is not None:
+            return self.top_n.inner.needs_recompute_on_delete
         return any(a.needs_recompute_on_delete for a in self.aggregates)
+
+
+@dataclass(frozen=True)
+class TopN:
+    """``<inner_query> ORDER BY <order_by> LIMIT <limit>`` (kind ``top_n``): the inner query's rows are
+    kept FAST by ``inner`` in a helper table, the MV is their first ``limit`` rows by ``order_by``
+    (the user's text, over the output columns)."""
+
+    inner: FastRefreshPlan
+    inner_query: str
+    order_by: str
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -202,6 +223,16 @@ def fast_plan_record(fast: FastRefreshPlan) -> dict[str, Any]:
         "inputs": [{"name": i.name, "sql": i.sql, "table": i.table, "column": i.column} for i in fast.inputs],
         "source": fast.source,
         "tree": fast.tree,
+        "top_n": None if fast.top_n is None else json.dumps(_top_n_record(fast.top_n), sort_keys=True),
+    }
+
+
+def _top_n_record(top: TopN) -> dict[str, Any]:
+    return {
+        "inner": fast_plan_record(top.inner),
+        "inner_query": top.inner_query,
+        "order_by": top.order_by,
+        "limit": top.limit,
     }
 
 
@@ -211,9 +242,17 @@ def plan_from_record(record: Mapping[str, Any]) -> QueryPlan:
     fast = record.get("fast_refresh")
     if fast is None:
         return QueryPlan(None, str(record.get("fast_reason") or ""))
-    if fast["kind"] not in FAST_KINDS:
-        return QueryPlan(None, f"this worker does not know fast-refresh plans of kind {fast['kind']}")
+    unknown = next((kind for kind in _kinds_of(fast) if kind not in FAST_KINDS), None)
+    if unknown is not None:
+        return QueryPlan(None, f"this worker does not know fast-refresh plans of kind {unknown}")
     return QueryPlan(fast_plan_from_record(fast))
+
+
+def _kinds_of(fast: Mapping[str, Any]) -> list[str]:
+    """The kind of the plan record ``fast`` and of the plan it wraps (kind ``top_n``), outermost first."""
+    top = fast.get("top_n")
+    inner = _kinds_of(json.loads(top)["inner"]) if fast["kind"] == "top_n" and top else []
+    return [fast["kind"], *inner]
 
 
 def fast_plan_from_record(fast: Mapping[str, Any]) -> FastRefreshPlan:
@@ -234,7 +273,16 @@ def fast_plan_from_record(fast: Mapping[str, Any]) -> FastRefreshPlan:
         inputs=tuple(JoinInput(i["name"], i["sql"], i["table"], i["column"]) for i in fast.get("inputs", ())),
         source=fast.get("source"),
         tree=fast.get("tree"),
+        top_n=_top_n(fast.get("top_n")),
     )
+
+
+def _top_n(text: str | None) -> TopN | None:
+    if text is None:
+        return None
+    record = json.loads(text)
+    inner = fast_plan_from_record(record["inner"])
+    return TopN(inner, record["inner_query"], record["order_by"], int(record["limit"]))
 
 
 def _aggregate(record: Mapping[str, Any]) -> AggregateItem:

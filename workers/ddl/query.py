@@ -21,7 +21,8 @@ from workers.ddl.constructs import check_constructs
 from workers.ddl.dialect import DIALECT
 from workers.ddl.errors import InvalidQueryError
 from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
-from workers.ddl.output_names import check_output_names, output_columns
+from workers.ddl.fast_top import top_n_verdict
+from workers.ddl.output_names import output_columns
 from workers.ddl.plan import QueryPlan
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.build import plan_tree
@@ -120,11 +121,10 @@ def analyze_query(
         tree = parse_query(sql)
         tables = base_table_nodes(tree)
         check_constructs(tree, extra)
-        check_output_names(tree)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
-        verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
-        if verdict.plan is None and not verdict.needs_columns and columns_of is not None:
-            verdict = _tree_or(verdict, plan_tree(tree, base_tables, columns_of))
+        verdict = top_n_verdict(
+            tree, sql, lambda inner: _fast_verdict(parse_query(inner), base_tables, inner, columns_of)
+        ) or _fast_verdict(tree, base_tables, sql, columns_of)
         normalized = tree.sql(dialect=DIALECT)
     except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
         raise _too_deep() from error
@@ -136,6 +136,16 @@ def analyze_query(
         fast_position=verdict.position,
         fast_needs_columns=verdict.needs_columns,
     )
+
+
+def _fast_verdict(
+    tree: exp.Query, base_tables: tuple[str, ...], sql: str, columns_of: ColumnsOf | None
+) -> FastVerdict:
+    """The shape planners' plan, else the operator tree's, or why there is none."""
+    verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
+    if verdict.plan is None and not verdict.needs_columns and columns_of is not None:
+        verdict = _tree_or(verdict, plan_tree(tree, base_tables, columns_of))
+    return verdict
 
 
 def _tree_or(shape: FastVerdict, tree: FastVerdict | None) -> FastVerdict:

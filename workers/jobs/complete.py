@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs import top_rows
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import write
 from workers.jobs.delta.metadata import (
@@ -90,13 +91,19 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         pinned = {base: read_at(session, settings, base, version) for base, version in request.pinned.items()}
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
+            fast = request.plan.fast_refresh
+            if fast is not None and fast.top_n is not None and request.mode != "COMPLETE":
+                # The next FAST run maintains the top-N's rows (``top_rows``): written here, the MV
+                # is their top n, and that run need not rebuild them.
+                top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
+                frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)
             groups.check_cancelled(request.job_group)
             metadata = request.user_metadata(request.watermark)
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:
-            for base in pinned:
-                session.catalog.dropTempView(base)
+            for view in [*pinned, top_rows.ROWS_VIEW]:
+                session.catalog.dropTempView(view)
         result = landed(spark, settings, request, mv_version_before, before)
     return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
 
@@ -163,10 +170,10 @@ def landed(
 
 
 def drop_mv_table(settings: Settings, mv_name: str) -> None:
-    """Delete the MV table folder, its helper state's (``<mv>__mvstate``; cancel its runs first) and
-    its MV log's (``<mv>__mlog``: dropped with the MV, whichever of the two tasks goes first). No-op
-    for what does not exist."""
-    names = (mv_name, warehouse.state_table_name(mv_name), warehouse.mlog_table_name(mv_name))
+    """Delete the MV table folder, its helper tables' (``warehouse.helper_tables``; cancel its runs
+    first) and its MV log's (``<mv>__mlog``: dropped with the MV, whichever of the two tasks goes
+    first). No-op for what does not exist."""
+    names = (mv_name, *warehouse.helper_tables(mv_name), warehouse.mlog_table_name(mv_name))
     for name in names:
         warehouse.delete_table(settings, name)
         deltalog.forget_table(settings, name)

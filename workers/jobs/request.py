@@ -42,10 +42,11 @@ class RunRequest:
         object.__setattr__(self, "reflects", MappingProxyType(dict(self.reflects or self.pinned)))
         object.__setattr__(self, "costs", MappingProxyType(dict(self.costs)))
 
-    def user_metadata(self, watermark: Mapping[str, int]) -> str:
-        """The ``userMetadata`` of this run's MV commit once its result reflects ``watermark``."""
+    def user_metadata(self, watermark: Mapping[str, int], layout: str | None = None) -> str:
+        """The ``userMetadata`` of this run's MV commit once its result reflects ``watermark``
+        (``layout``: a helper table's, ``encode_user_metadata``)."""
         return encode_user_metadata(
-            self.task_id, self.epoch, self.run_id, watermark, self.reflects, self.costs
+            self.task_id, self.epoch, self.run_id, watermark, self.reflects, self.costs, layout
         )
 
     @classmethod

@@ -88,6 +88,7 @@ PLAN_WORDS = {
     "join_aggregate_having": "keyed merge of recomputed groups",
     "union_projection": "UNION ALL over",
     "tree": "operator tree [scan",  # the tree's rules, operator by operator (test_fast_tree)
+    "top_n": "top-N over maintained state (",  # and the inner query's rule (test_fast_top_n)
 }
 
 

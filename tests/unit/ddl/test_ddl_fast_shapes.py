@@ -182,7 +182,7 @@ def test_union_all_plan_lists_every_base_once_and_the_first_branchs_columns() ->
             "UNION ALL branch 2: non-deterministic function RAND",
         ),
         ("SELECT a FROM t UNION ALL SELECT a FROM (SELECT a FROM u) s", "branch 2: the query must read its"),
-        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT (top-N) is not maintained"),
+        ("SELECT a FROM t UNION ALL SELECT a FROM u LIMIT 3", "LIMIT without ORDER BY keeps any n rows"),
         ("WITH x AS (SELECT a FROM t) SELECT a FROM x UNION ALL SELECT a FROM u", "WITH clauses (CTEs)"),
     ],
 )

@@ -62,11 +62,6 @@ from workers.ddl.plan import (
         ("SELECT * FROM delta.`/tmp/t`", "reading files by path (delta.`/tmp/t`) is not allowed"),
         ("SELECT * FROM `my-table`", "invalid table name 'my-table'"),
         ("WITH t AS (SELECT * FROM t) SELECT * FROM t", "CTE name 't' is also the name of a table"),
-        # Spark names an unaliased expression by its text, which Delta cannot store as a column name.
-        ("SELECT a + 1 FROM t", "output column 1 would be named 'a + 1'"),
-        ("SELECT a, sum(a) FROM t GROUP BY a", "output column 2 would be named 'SUM(a)'"),
-        ("SELECT a AS `x y` FROM t", "output column 1 would be named 'x y', which a Delta table cannot hold"),
-        ("SELECT a + 1 FROM t UNION ALL SELECT a AS b FROM u", "name it with AS, e.g. `a + 1 AS col1`"),
     ],
 )
 def test_invalid_queries(sql: str, message: str) -> None:
@@ -74,6 +69,16 @@ def test_invalid_queries(sql: str, message: str) -> None:
         analyze_query(sql)
     assert message in caught.value.message
     assert str(caught.value) == caught.value.message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT a + 1 FROM t", "SELECT a, sum(a) FROM t GROUP BY a", "SELECT a AS `x y` FROM t"],
+)
+def test_output_names_delta_stores_only_with_column_mapping_are_accepted(sql: str) -> None:
+    # Spark names an unaliased expression by its text (TPC-H Q18's `sum(l_quantity)`): the MV table
+    # gets column mapping (workers.jobs.delta.write.column_mapping), the query stays as written.
+    assert analyze_query(sql).base_tables == ("t",)
 
 
 def test_parse_error_position_is_an_offset_into_the_query() -> None:
@@ -393,7 +398,7 @@ def test_a_join_plan_is_no_plan_for_a_worker_that_knows_only_one_table() -> None
             "SELECT a, count(*) AS n FROM t GROUP BY a HAVING stddev(b) > 1",
             "HAVING STDDEV(b) is not supported",
         ),
-        ("SELECT a FROM t ORDER BY a LIMIT 10", "LIMIT (top-N) is not maintained incrementally; drop the"),
+        ("SELECT a FROM t LIMIT 10", "LIMIT without ORDER BY keeps any n rows, which no refresh can"),
         ("SELECT a FROM t SORT BY a", "SORT BY is not supported"),
         ("SELECT a, row_number() OVER (ORDER BY a) AS rn FROM t", "window functions are not supported"),
         ("SELECT a FROM t TABLESAMPLE (10 PERCENT)", "TABLESAMPLE is not supported"),
@@ -443,11 +448,3 @@ def test_not_fast_refreshable(sql: str, reason: str) -> None:
     info = analyze_query(sql)
     assert info.fast_refresh is None
     assert reason in info.fast_reason
-
-
-def test_an_unstorable_output_name_points_at_its_column() -> None:
-    sql = "SELECT o_orderkey, sum(l_quantity) FROM lineitem JOIN orders ON l_orderkey = o_orderkey GROUP BY 1"
-    with pytest.raises(InvalidQueryError) as caught:
-        analyze_query(sql)
-    assert caught.value.position is not None
-    assert sql[caught.value.position :].startswith("sum(l_quantity)")

@@ -131,7 +131,7 @@ def test_the_plan_record_carries_the_tree() -> None:
     [
         # where its first token sqlglot keeps a place for is (the joined table, the subquery's body)
         ("SELECT t.k FROM t FULL JOIN u ON t.k = u.k", "u ON", "FULL JOIN is not yet FAST"),
-        ("SELECT k FROM t WHERE k IN (SELECT u.k FROM u LIMIT 2)", "2)", "LIMIT in a subquery"),
+        ("SELECT k FROM t WHERE k IN (SELECT u.k FROM u LIMIT 2)", "2)", "LIMIT inside a subquery"),
         ("SELECT t.k FROM t RIGHT JOIN u ON t.k = u.k", "u ON", "RIGHT JOIN is not yet FAST"),
         ("WITH x AS (SELECT k FROM t) SELECT x.k, v FROM x JOIN t USING (k) LIMIT 3", None, "LIMIT"),
         ("SELECT DISTINCT COUNT(*) AS n FROM t JOIN u USING (k)", None, "DISTINCT over an aggregate"),

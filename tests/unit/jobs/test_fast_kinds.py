@@ -18,4 +18,5 @@ def test_rows_are_matched_by_value_exactly_for_projections() -> None:
         "join_projection",
         "union_projection",
         "tree",
+        "top_n",  # the MV's rows against the new top n
     }

@@ -122,6 +122,7 @@ def create_mv_log(spark: SparkSession, settings: Settings, base_table: str) -> i
             .mode("overwrite")
             # Stats on the version column only: purge and range reads skip files whatever T's width.
             .option("delta.dataSkippingStatsColumns", "_commit_version")
+            .options(**write.column_mapping(schema))  # an MV's column named `sum(x)`
             .option("userMetadata", state.user_metadata())
             .save(warehouse.table_path(settings, warehouse.mlog_table_name(base_table)))
         )

@@ -86,13 +86,18 @@ def encode_user_metadata(
     watermark: Mapping[str, int],
     reflects: Mapping[str, int] | None = None,
     costs: Mapping[str, tuple[float, float]] | None = None,
+    layout: str | None = None,
 ) -> str:
+    """``layout``: what a helper table's rows mean (a top-N MV's rows table: its query), checked with
+    the run before they are trusted (``workers.jobs.fast.top_n``)."""
     body: dict[str, Any] = {"task_id": task_id, "epoch": epoch, "run_id": run_id}
     body["watermark"] = dict(watermark)
     if reflects is not None and dict(reflects) != dict(watermark):
         body["reflects"] = dict(reflects)  # only where it says more than the watermark (an MV of MVs)
     if costs:
         body["costs"] = {technique: list(cost) for technique, cost in costs.items()}
+    if layout is not None:
+        body["layout"] = layout
     return json.dumps({"mvs": body}, sort_keys=True, separators=(",", ":"))
 
 

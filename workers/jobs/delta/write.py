@@ -18,6 +18,7 @@ from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from workers import warehouse
 from workers.config import Settings
@@ -34,6 +35,8 @@ from workers.jobs.spark import session as session_module
 
 log = logging.getLogger(__name__)
 
+# Delta's DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES without column mapping.
+INVALID_CHARACTERS = frozenset(" ,;{}()\n\t=")
 # The session confs a MERGE takes its commit's id from: a run's session starts without them.
 COMMIT_CONFS = frozenset({TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF})
 _DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
@@ -132,7 +135,18 @@ def overwrite(settings: Settings, name: str, version: int | None, frame: DataFra
     # the rows it replaces instead of rewriting every file holding one (cost follows the change); an
     # older MV table keeps its protocol (readers without deletion vectors still read it).
     options = {"overwriteSchema": "true", "delta.enableDeletionVectors": "true"}
+    options.update(column_mapping(frame.schema))  # only where a column's name needs it
     write(frame, warehouse.table_path(settings, name), commit, mode="overwrite", options=options)
+
+
+def column_mapping(schema: StructType) -> dict[str, str]:
+    """The table option that lets ``schema``'s column names be stored: column mapping by name where a
+    name has characters Delta refuses without it (Spark names an unnamed expression by its text,
+    ``sum(l_quantity)``), nothing elsewhere. delta-rs neither reads nor writes such tables for mvs
+    (``rs_commit``); Spark's writes, MERGE and change data feed work on them."""
+    if any(set(name) & INVALID_CHARACTERS for name in schema.names):
+        return {"delta.columnMapping.mode": "name"}
+    return {}
 
 
 def large_files(checksum: Mapping[str, Any] | None) -> bool:

@@ -35,14 +35,15 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.changes.reads import Changes
 from workers.jobs.changes.reads import read as read_changes
 from workers.jobs.complete import run_query
+from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
 from workers.jobs.delta.rs_commit import PlainMerge
-from workers.jobs.delta.write import MergeSpec
+from workers.jobs.delta.write import MergeSpec, Target
 from workers.jobs.spark import held
 from workers.jobs.spark.columns import col, q
 from workers.jobs.spark.guard import check_expression
-from workers.jobs.spark.session import compile_for, confs
+from workers.jobs.spark.session import Checksum, compile_for, confs
 
 INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
@@ -154,6 +155,19 @@ class Scope:
     def close(self) -> None:
         for view in self.views:
             self.session.catalog.dropTempView(view)
+
+
+def table_scope(
+    session: SparkSession, settings: Settings, name: str, version: int, run_id: str, checksum: Checksum
+) -> tuple[Scope, Target]:
+    """The scope of a run that commits to table ``name`` (an MV, or a top-N MV's rows table) read at
+    ``version``, and that commit's target: whether delta-rs may commit to it and read it, decided
+    once here from Delta's checksum of that version."""
+    summary = checksum(name, version)
+    target = Target(settings, name, version, summary, rs_commit.usable(settings, name, version))
+    reads = target.delta_rs and rs_arrow.small(summary)
+    schema = rs_arrow.schema_of(summary) if target.delta_rs else None
+    return Scope(session, settings, name, version, target.delta_rs, reads, schema, run_id), target
 
 
 def _plus(a: str, b: str) -> Column:

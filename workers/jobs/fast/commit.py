@@ -1,6 +1,6 @@
 """The commits of one FAST run, in their order (``RunCommit``): the only place that orders them.
 
-1. ``fence``, on the first run of an epoch: the MV, then its helper state (where there is one), get an
+1. ``fence``, on the first run of an epoch: the MV, then its helper tables (where there are), get an
    empty commit at ``epoch * 2**32`` (``CommitId.fence``): from then on Delta skips every older
    epoch's commit to them, so the MV content (and state) a run reads can only change by a newer epoch,
    whose commit makes this run's skipped.
@@ -38,6 +38,13 @@ class RunCommit:
     session: SparkSession
     settings: Settings
     request: RunRequest
+    layout: str | None = None  # carried by the MV commit (``encode_user_metadata``): a helper table's
+
+    def commit_id(self, watermark: Mapping[str, int]) -> CommitId:
+        """The id and ``userMetadata`` of the run's MV commit reflecting the bases at ``watermark``."""
+        request = self.request
+        metadata = request.user_metadata(watermark, self.layout)
+        return CommitId(request.task_id, txn_version(request.epoch, watermark), metadata)
 
     def fence(self, until: int) -> None:
         """Fence the MV, then its helper state, against older epochs (``until``: the base version
@@ -48,9 +55,9 @@ class RunCommit:
         task_id, epoch, run_id = self.request.task_id, self.request.epoch, self.request.run_id
         marker = json.dumps({"mvs_fence": {"task_id": task_id, "epoch": epoch, "run_id": run_id}})
         write.fence(self.session, self._path(self.request.mv_name), CommitId.fence(task_id, epoch, marker))
-        state = warehouse.state_table_name(self.request.mv_name)
-        if warehouse.table_exists(self.settings, state):  # else the first state write of this epoch makes it
-            write.fence(self.session, self._path(state), CommitId.fence(task_id, epoch))
+        for helper in warehouse.helper_tables(self.request.mv_name):
+            if warehouse.table_exists(self.settings, helper):  # else this epoch's first write makes it
+                write.fence(self.session, self._path(helper), CommitId.fence(task_id, epoch))
 
     def commit(
         self,
@@ -64,13 +71,10 @@ class RunCommit:
         """Commit ``change`` (the helper state first, then the MV ``target``) as reflecting the bases
         at ``watermark``; ``step`` names the run's next step. Returns the change committed (its
         fallback, when the one-pass MERGE gave way)."""
-        request = self.request
-        version = txn_version(request.epoch, watermark)
+        mv_commit = self.commit_id(watermark)
         if change.state is not None:
             step("commit the helper state")
-            state.commit(change.state, request, watermark, version)
-        metadata = request.user_metadata(watermark)
-        mv_commit = CommitId(request.task_id, version, metadata)
+            state.commit(change.state, self.request, watermark, mv_commit.txn_version)
         step(f"commit ({change.plan})")
         if change.merge is None:
             assert change.appended is not None

@@ -23,6 +23,7 @@ from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import COMPUTE_STEP, INSERT_TYPES, Change, Scope
 from workers.jobs.fast.inputs import base_input
 from workers.jobs.fast.operators.top import tree_change
+from workers.jobs.fast.top_n import InnerRun, top_n_change
 from workers.jobs.request import RunRequest
 
 
@@ -125,6 +126,18 @@ def _tree(scope: Scope, run: Run) -> tuple[Change, bool]:
     return tree_change(scope, tree_from_json(run.plan.tree), run.ranges, run.state_store(scope))
 
 
+def _top_n(scope: Scope, run: Run) -> tuple[Change, bool]:
+    """The inner query's rows kept by its own kind's rule, the MV their top n (``fast.top_n``)."""
+    top = run.plan.top_n
+    assert top is not None, "a top_n plan holds its inner plan"
+
+    def inner_rule(inner_scope: Scope, inner: InnerRun) -> tuple[Change, bool]:
+        inner_run = Run(run.settings, inner.request, top.inner, inner.ranges, inner.mv)
+        return KINDS[top.inner.kind].change(inner_scope, inner_run)
+
+    return top_n_change(scope, run.request, top, run.ranges, run.mv, inner_rule)
+
+
 KINDS: Mapping[FastKind, Rule] = {
     "projection": Rule(_projection, matches_rows=True),
     "aggregate": Rule(_aggregate, matches_rows=False),
@@ -134,4 +147,5 @@ KINDS: Mapping[FastKind, Rule] = {
     "join_aggregate_having": Rule(_join_aggregate_having, matches_rows=False),
     "union_projection": Rule(_union, matches_rows=True),
     "tree": Rule(_tree, matches_rows=True),  # a projection at its top matches rows
+    "top_n": Rule(_top_n, matches_rows=True),  # the MV's rows are matched by their values
 }

@@ -34,9 +34,8 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import complete
 from workers.jobs.changes import mvlog
 from workers.jobs.complete import RefreshResult, read_at, read_watermark, run_query
-from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta import rs_commit, sizes
+from workers.jobs.delta import sizes
 from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
@@ -119,25 +118,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             return _fenced_out(state.watermark, epoch)
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
-        mv_summary = checksum(request.mv_name, state.mv_version)
-        target = Target(
-            settings,
-            request.mv_name,
-            state.mv_version,
-            mv_summary,
-            rs_commit.usable(settings, request.mv_name, state.mv_version),
-        )
-        reads = target.delta_rs and rs_arrow.small(mv_summary)
-        mv_schema = rs_arrow.schema_of(mv_summary) if target.delta_rs else None
-        scope = apply.Scope(
-            session,
-            settings,
-            request.mv_name,
-            state.mv_version,
-            target.delta_rs,
-            reads,
-            mv_schema,
-            request.run_id,
+        scope, target = apply.table_scope(
+            session, settings, request.mv_name, state.mv_version, request.run_id, checksum
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)
