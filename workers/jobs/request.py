@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from workers.ddl import InvalidQueryError, QueryPlan, analyze_query, plan_from_record, plan_record
-from workers.jobs.delta.metadata import encode_user_metadata
 from workers.records import Record
 
 
@@ -41,13 +40,6 @@ class RunRequest:
         object.__setattr__(self, "pinned", MappingProxyType(dict(self.pinned)))
         object.__setattr__(self, "reflects", MappingProxyType(dict(self.reflects or self.pinned)))
         object.__setattr__(self, "costs", MappingProxyType(dict(self.costs)))
-
-    def user_metadata(self, watermark: Mapping[str, int], layout: str | None = None) -> str:
-        """The ``userMetadata`` of this run's MV commit once its result reflects ``watermark``
-        (``layout``: a helper table's, ``encode_user_metadata``)."""
-        return encode_user_metadata(
-            self.task_id, self.epoch, self.run_id, watermark, self.reflects, self.costs, layout
-        )
 
     @classmethod
     def for_task(

@@ -15,7 +15,7 @@ from workers.config import Settings
 from workers.ddl.plan import TopN
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import write
-from workers.jobs.delta.metadata import CommitId, txn_version
+from workers.jobs.delta.metadata import CommitId, run_user_metadata, txn_version
 from workers.jobs.request import RunRequest
 from workers.jobs.spark.guard import guarded_sql
 
@@ -30,7 +30,7 @@ def rows_layout(top: TopN) -> str:
 
 def rows_commit(request: RunRequest, watermark: Mapping[str, int], top: TopN) -> CommitId:
     """The commit of run ``request``'s rows table, as the MV commit's with the layout added."""
-    metadata = request.user_metadata(watermark, rows_layout(top))
+    metadata = run_user_metadata(request, watermark, rows_layout(top))
     return CommitId(request.task_id, txn_version(request.epoch, watermark), metadata)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.jobs.request import RunRequest
+
 EPOCH_SHIFT = 2**32
 
 # Session confs from which MERGE and DELETE take the idempotent-write id and ``userMetadata`` (they
@@ -99,6 +101,14 @@ def encode_user_metadata(
     if layout is not None:
         body["layout"] = layout
     return json.dumps({"mvs": body}, sort_keys=True, separators=(",", ":"))
+
+
+def run_user_metadata(request: RunRequest, watermark: Mapping[str, int], layout: str | None = None) -> str:
+    """The ``userMetadata`` of ``request``'s commit (the MV's, or a helper table's with its ``layout``)
+    once its result reflects ``watermark``."""
+    return encode_user_metadata(
+        request.task_id, request.epoch, request.run_id, watermark, request.reflects, request.costs, layout
+    )
 
 
 def decode_user_metadata(user_metadata: str | None, delta_version: int | None = None) -> MvWatermark | None:

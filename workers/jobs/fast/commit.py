@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.delta import write
-from workers.jobs.delta.metadata import CommitId, txn_version
+from workers.jobs.delta.metadata import CommitId, run_user_metadata, txn_version
 from workers.jobs.delta.write import Target
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change
@@ -43,7 +43,7 @@ class RunCommit:
     def commit_id(self, watermark: Mapping[str, int]) -> CommitId:
         """The id and ``userMetadata`` of the run's MV commit reflecting the bases at ``watermark``."""
         request = self.request
-        metadata = request.user_metadata(watermark, self.layout)
+        metadata = run_user_metadata(request, watermark, self.layout)
         return CommitId(request.task_id, txn_version(request.epoch, watermark), metadata)
 
     def fence(self, until: int) -> None:
