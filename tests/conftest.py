@@ -61,6 +61,7 @@ LONGEST_FIRST = (
     "tests/integration/test_fleet.py",
     "tests/integration/jobs/test_fast_properties.py",
     "tests/integration/jobs/test_fast_tree.py",
+    "tests/integration/jobs/test_fast_top_n.py",
     "tests/integration/jobs/test_fast_chain.py",
     "tests/integration/test_ownership.py",
     "tests/integration/test_spark_cluster.py",
@@ -71,6 +72,7 @@ LONGEST_FIRST = (
     "tests/integration/test_spark_outage.py",
     "tests/integration/test_history_tables.py",
     "tests/integration/jobs/test_fast_state.py",
+    "tests/integration/jobs/test_column_mapping.py",
 )
 
 
