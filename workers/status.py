@@ -20,6 +20,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 # A run record's message when the task waits for its inputs (``workers.worker.upstreams``).
 WAITING = "waiting for "
+# Ends the message of a run of an MV over MVs (``workers.worker.runner``): the base-table versions
+# its result reflects through them (``sales@v12``): MVs reflecting the same are consistent.
+REFLECTS = "; reflects "
 
 
 # Snowflake's trap of a DOWNSTREAM table that nothing reads, made visible.
@@ -41,6 +44,15 @@ def _problem(task: Record) -> str:
     if task["kind"] == "MV" and mv["trigger"]["kind"] == DOWNSTREAM and mv.get("driven_by") is None:
         return IDLE_DOWNSTREAM
     return "-"
+
+
+def _watermark(task: Record) -> str:
+    """The WATERMARK column: the versions the MV read, and for an MV over MVs the base versions its
+    last run says they reflect (``a@v3 (sales@v12)``)."""
+    read = _table_versions(task["checkpoint"])
+    message = (task.get("last_run") or {}).get("message") or ""
+    _, found, reflects = message.rpartition(REFLECTS)
+    return f"{read} ({reflects})" if found and reflects else read
 
 
 def _ago(ms: int | None, now_ms: int) -> str:
@@ -105,7 +117,7 @@ def status_table(
                 task["epoch"],
                 f"{run.get('state', '-')} {_ago(run.get('ended_at') or run.get('started_at'), now_ms)}",
                 run.get("rows_written") if run.get("rows_written") is not None else "-",
-                _table_versions(task["checkpoint"]),
+                _watermark(task),
                 lag_versions(task, latest_version),
                 _until(task.get("next_run_at"), now_ms),
                 _problem(task),

@@ -22,6 +22,7 @@ from workers.config import Settings
 from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
 from workers.jobs.delta.sizes import ChangeSize, change_size
 from workers.records import Record
+from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
@@ -185,7 +186,7 @@ class SparkRunner:
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
         if cut.reflects != cut.pinned:  # an MV over MVs: the base versions it reflects through them
-            message = f"{message}; reflects {cut_text(cut.reflects)}"
+            message = f"{message}{REFLECTS}{cut_text(cut.reflects)}"
         deleted = result.rows_deleted
         if ran == COMPLETE and deleted is None and size_read is not None:
             # An overwrite deletes every row the MV had (none before its first build).
