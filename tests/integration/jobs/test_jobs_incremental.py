@@ -233,7 +233,7 @@ def test_the_decision_says_why_and_falls_back(spark: Any, local_settings: Settin
     assert _choose(spark, s, "mv_f", sums, mode="COMPLETE") == ("COMPLETE", "complete: refresh mode COMPLETE")
     kind, why = _choose(spark, s, "mv_f", "SELECT region FROM sales LIMIT 5")
     assert kind == "COMPLETE" and why.startswith(
-        "complete: fast refresh is not possible: LIMIT (top-N) is not yet FAST"
+        "complete: fast refresh is not possible: LIMIT without ORDER BY keeps any n rows"
     ), why
 
     assert _complete(spark, s, "mv_f", sums).applied  # watermark v0
