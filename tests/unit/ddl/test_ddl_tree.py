@@ -4,11 +4,23 @@ planners refuse, its record form, and its refusals (pure: sqlglot only)."""
 from __future__ import annotations
 
 import pytest
+import sqlglot
 
 from bench.tpch.queries import load_queries
 from workers.ddl import analyze_query
+from workers.ddl.dialect import DIALECT
+from workers.ddl.output_names import spark_name
 from workers.ddl.plan import JoinKey, QueryPlan, plan_from_record, plan_record
-from workers.ddl.tree.values import INPUT_VIEW, Aggregate, Block, Keyed, TreePlan, tree_from_json, tree_json
+from workers.ddl.tree.values import (
+    INPUT_VIEW,
+    Aggregate,
+    Block,
+    Keyed,
+    TreePlan,
+    Union,
+    tree_from_json,
+    tree_json,
+)
 
 TPCH_COLUMNS = {
     "lineitem": "l_orderkey l_partkey l_suppkey l_linenumber l_quantity l_extendedprice l_discount l_tax "
@@ -130,9 +142,26 @@ def test_the_plan_record_carries_the_tree() -> None:
     ("sql", "construct", "words"),
     [
         # where its first token sqlglot keeps a place for is (the joined table, the subquery's body)
-        ("SELECT t.k FROM t FULL JOIN u ON t.k = u.k", "u ON", "FULL JOIN is not yet FAST"),
+        (
+            "SELECT t.k FROM t JOIN u ON t.k = u.k FULL JOIN t AS t2 ON t2.k = u.k",
+            "t AS t2",
+            "FULL JOIN after",
+        ),
         ("SELECT k FROM t WHERE k IN (SELECT u.k FROM u LIMIT 2)", "2)", "LIMIT inside a subquery"),
-        ("SELECT t.k FROM t RIGHT JOIN u ON t.k = u.k", "u ON", "RIGHT JOIN is not yet FAST"),
+        ("SELECT t.k FROM t, u RIGHT JOIN t AS t2 ON t2.k = u.k", "t AS t2", "put it first"),
+        ("SELECT k FROM t INTERSECT SELECT k FROM u", None, "INTERSECT is not yet FAST"),
+        (
+            "SELECT t.k FROM t WHERE t.v IN (SELECT MAX(u.w) OVER (PARTITION BY u.k) FROM u)",
+            "MAX(u.w)",
+            "inside a subquery",
+        ),
+        (
+            "SELECT t.k, SUM(SUM(t.v)) OVER (PARTITION BY t.k) AS s FROM t GROUP BY t.k",
+            None,
+            "over an aggregate",
+        ),
+        ("SELECT k FROM t EXCEPT SELECT k FROM u", None, "WHERE NOT EXISTS"),
+        ("SELECT t.k, upper(t.v) FROM t", "upper(t.v)", "name the output column"),
         ("WITH x AS (SELECT k FROM t) SELECT x.k, v FROM x JOIN t USING (k) LIMIT 3", None, "LIMIT"),
         ("SELECT DISTINCT COUNT(*) AS n FROM t JOIN u USING (k)", None, "DISTINCT over an aggregate"),
     ],
@@ -262,7 +291,95 @@ def test_the_tpch_queries_with_subqueries_outer_joins_and_count_distinct_get_a_n
 
 @pytest.mark.parametrize("name", ["q02", "q18", "q21"])
 def test_the_inner_query_of_the_tpch_top_n_queries_gets_a_nested_tree(name: str) -> None:
-    sql = load_queries()[name].replace("sum(l_quantity)\n", "sum(l_quantity) AS total_quantity\n")
+    sql = load_queries()[name]
     inner = sql[: sql.upper().rindex("ORDER BY")]  # LIMIT is the topn branch's (a wrapper)
     info = analyze_query(inner, columns_of=tpch_columns)
     assert info.fast_refresh is not None and info.fast_refresh.kind == "tree", info.fast_reason
+
+
+def test_a_right_join_is_a_left_join_mirrored() -> None:
+    root = nested_of("SELECT t.k AS tk, u.w FROM t RIGHT JOIN u ON t.k = u.k AND t.v > 1")
+    assert root.keyed == (Keyed("__mvs_scan0", "right outer join", "k", "__mvs_scan1", "k"),)
+    assert root.left_keys == (JoinKey("__mvs_scan1", "k", "__mvs_scan0", "k"),)
+    assert root.lineage == (("w", "__mvs_scan1", "w"),)  # t.k can be NULL-padded: no lineage
+
+
+def test_a_full_join_keys_each_side_to_the_other_null_keys_included() -> None:
+    tree = tree_of(
+        "SELECT t.k AS tk, u.k AS uk, u.w FROM t FULL OUTER JOIN u ON u.k = t.k JOIN t AS t2 ON t2.g = u.w"
+    )
+    assert tree.root is not None
+    assert tree.root.keyed == (
+        Keyed("__mvs_scan0", "full outer join", "k", "__mvs_scan1", "k"),
+        Keyed("__mvs_scan1", "full outer join", "k", "__mvs_scan0", "k"),
+    )
+    assert all(k.null_keys for k in tree.root.keyed)
+    assert tree.root.lineage == ()  # both sides can be NULL-padded
+    line = "full outer join: recompute of the rows whose k its change reaches, NULL keys included (keyed)"
+    assert line in tree.describe()
+
+
+def test_an_unnamed_output_is_named_as_spark_names_it() -> None:
+    tree = tree_of(
+        "SELECT t.g, SUM(t.v * (1 - t.k)), COUNT(*), count(DISTINCT u.w) AS n FROM t JOIN u ON t.k = u.k "
+        "GROUP BY t.g"
+    )
+    assert tree.root is not None
+    (node,) = [n for n in tree.root.inputs if isinstance(n, Aggregate)]
+    assert "AS `sum((v * (1 - k)))`" in node.sql and "AS `count(1)`" in node.sql, node.sql
+
+
+@pytest.mark.parametrize(
+    ("expression", "name"),
+    [
+        ("sum(l.l_quantity)", "sum(l_quantity)"),
+        ("COUNT(*)", "count(1)"),
+        ("AVG(a * (1 - b))", "avg((a * (1 - b)))"),
+        ("-a % 2", "((- a) % 2)"),
+        ("MAX(DISTINCT a)", None),
+        ("upper(a)", None),
+        ("CASE WHEN a > 0 THEN 1 END", None),
+    ],
+)
+def test_spark_names_the_forms_it_knows_and_no_other(expression: str, name: str | None) -> None:
+    assert spark_name(sqlglot.parse_one(expression, dialect=DIALECT)) == name
+
+
+def test_the_tpch_q18_as_written_is_a_top_n_around_the_nested_tree() -> None:
+    info = analyze_query(load_queries()["q18"], columns_of=tpch_columns)
+    assert info.fast_refresh is not None and info.fast_refresh.kind == "top_n", info.fast_reason
+    assert info.fast_refresh.top_n is not None
+    inner = info.fast_refresh.top_n.inner
+    assert inner.kind == "tree" and inner.tree is not None
+    assert "AS `sum(l_quantity)`" in (tree_from_json(inner.tree).aggregate_sql or "")
+
+
+def test_union_all_is_a_linear_node_and_union_its_distinct() -> None:
+    tree = tree_of(
+        "SELECT s.k, COUNT(*) AS n FROM (SELECT k FROM t WHERE v > 0 UNION ALL SELECT k FROM u "
+        "UNION ALL SELECT k FROM t) s GROUP BY s.k"
+    )
+    (union,) = [n for n in tree.block.inputs if isinstance(n, Union)]
+    assert union.columns == (("k",), ("k",), ("k",)) and len(union.inputs) == 3
+    assert "union all of 3 inputs: linear, the signed union of their changes" in tree.describe()
+    top = tree_of("SELECT k, v FROM t UNION SELECT k, w FROM u")
+    assert top.top == "projection" and top.root is not None
+    (distinct,) = top.root.inputs
+    assert isinstance(distinct, Aggregate) and distinct.operator == "distinct (UNION)"
+    assert distinct.sql == "SELECT `k`, `v` FROM __mvs_node3 GROUP BY `k`, `v`"
+    assert isinstance(distinct.input.inputs[0], Union)
+    assert tree_from_json(tree_json(top)) == top
+
+
+def test_a_window_is_a_node_recomputed_by_the_partition_its_windows_share() -> None:
+    tree = tree_of(
+        "SELECT t.k, SUM(t.v) OVER (PARTITION BY t.k ORDER BY t.g) AS run, RANK() OVER (PARTITION BY "
+        "t.g, t.k ORDER BY u.w) AS r FROM t JOIN u ON u.k = t.k WHERE u.w > 0"
+    )
+    assert tree.root is not None
+    (node,) = tree.root.inputs
+    assert isinstance(node, Aggregate) and node.operator == "window (PARTITION BY)"
+    assert (node.key, node.output) == ("__mvs_w0", "k")
+    assert "SUM(`__mvs_w1`) OVER (PARTITION BY `__mvs_w0` ORDER BY `__mvs_w2`) AS `run`" in node.sql
+    assert node.input.lineage[0] == ("__mvs_w0", "__mvs_scan0", "k")  # pushed down to the scan
+    assert "window (PARTITION BY) by k: recompute of the partitions reached (keyed)" in tree.describe()

@@ -17,12 +17,14 @@ from sqlglot import exp
 from workers.ddl.dialect import DIALECT
 from workers.ddl.fast import FastVerdict
 from workers.ddl.fast_rules import CLAUSE_MESSAGES, NotEligible
+from workers.ddl.output_names import first_select, spark_name
 from workers.ddl.plan import FastRefreshPlan, JoinTable
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.aggregate import split_aggregate
 from workers.ddl.tree.nodes import Builder, distinct_as_group_by, having_as_filter, is_aggregate
 from workers.ddl.tree.normalize import Unresolved, normalized
 from workers.ddl.tree.values import ROOT_VIEW, Block, Scan, TreePlan, tree_json
+from workers.ddl.tree.window import has_window
 
 _ALLOWED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "hint", "order"})
 _NOT_YET = {
@@ -52,19 +54,27 @@ def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -
         why = NotEligible("the operator tree needs the tables' columns (the coordinator reads them)")
         why.needs_columns = True
         raise why
-    _check_output_names(query)
-    select = normalized(query, known)
-    if isinstance(select, exp.SetOperation):
-        raise NotEligible("set operations inside the operator tree are not yet FAST", select)
+    select = normalized(_named_outputs(query), known)
+    builder = Builder()
+    if isinstance(select, exp.SetOperation):  # the MV is the rows of the UNION [ALL] node
+        select.set("order", None)  # not stored: a table has no row order
+        node, names = builder.set_operation(select)
+        listed = ", ".join(exp.column(c, quoted=True).sql(dialect=DIALECT) for c in names)
+        root = Block(ROOT_VIEW, f"SELECT {listed} FROM {node.view}", (node,), lineage=())
+        return _plan_of(_tree(builder, root, "projection"))
     if not isinstance(select, exp.Select):
         raise NotEligible("only a SELECT is supported", select)
+    if has_window(select):  # the MV is the window node's rows
+        select.set("order", None)
+        node = builder.window(select)
+        root = Block(ROOT_VIEW, f"SELECT * FROM {node.view}", (node,), lineage=())
+        return _plan_of(_tree(builder, root, "projection"))
     distinct = distinct_as_group_by(select)
     for clause, value in select.args.items():
         if value and clause not in _ALLOWED_CLAUSES:
             shown = _NOT_YET.get(clause) or CLAUSE_MESSAGES.get(clause, f"{clause.upper()} is not supported")
             raise NotEligible(shown, value if isinstance(value, exp.Expr) else None)
     select.set("order", None)  # not stored: a table has no row order
-    builder = Builder()
     if not is_aggregate(select):
         root = builder.block(select, ROOT_VIEW)
         tree = _tree(builder, root, "projection")
@@ -85,6 +95,10 @@ def _plan(query: exp.Query, base_tables: Sequence[str], columns_of: ColumnsOf) -
         block.set("having", None)
         root = builder.block(block, ROOT_VIEW)
         tree = _tree(builder, root, "aggregate", split.plan, split.sql, distinct)
+    return _plan_of(tree)
+
+
+def _plan_of(tree: TreePlan) -> FastRefreshPlan:
     tables = tuple(JoinTable(s.table, s.alias) for s in tree.scans)
     return FastRefreshPlan("tree", tree.scans[0].table, (), (), (), None, tables=tables, tree=tree_json(tree))
 
@@ -118,16 +132,21 @@ def _subquery_in(node: exp.Expr | None) -> bool:
     return node is not None and node.find(exp.Query) is not None
 
 
-def _check_output_names(query: exp.Query) -> None:
-    """Every output column of the outer SELECT is named (AS, or a column): the tree's own SQL names
-    it the same as Spark names the query's."""
-    outer: exp.Expr = query
-    while isinstance(outer, exp.Subquery):
-        outer = outer.this
-    if not isinstance(outer, exp.Select):
-        return  # a set operation: refused after normalizing
+def _named_outputs(query: exp.Query) -> exp.Query:
+    """A copy of ``query`` whose outer SELECT names every output column: an unaliased expression by
+    the name Spark gives it (``output_names.spark_name``: the MV's column, stored through column
+    mapping), so the tree's own SQL names its columns as Spark names the query's."""
+    query = query.copy()
+    outer = first_select(query)  # a set operation's columns are its first branch's
+    if outer is None:
+        return query
     for item in outer.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             raise NotEligible("SELECT * is not supported; list the output columns", item)
-        if not isinstance(item, exp.Alias | exp.Column):
+        if isinstance(item, exp.Alias | exp.Column):
+            continue
+        name = spark_name(item)
+        if name is None:
             raise NotEligible(f"name the output column {item.sql(dialect=DIALECT)} with AS", item)
+        item.replace(exp.alias_(item.copy(), name, quoted=True))
+    return query

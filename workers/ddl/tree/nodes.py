@@ -2,11 +2,14 @@
 inputs, one ``Aggregate`` per derived table that groups, one ``Scan`` per table occurrence.
 
 A block's inputs are the sources of its FROM and joins, and the tables (or derived tables) of the
-EXISTS / IN / scalar subqueries in its expressions. It is linear in the inputs it inner-joins and
-in the left side of a LEFT JOIN; the others are ``Keyed``: by the equality of one of their columns
-with a column of a linear input (a LEFT JOIN's ON, a subquery's correlation in its WHERE, the pair
-of a top-level ``x IN (SELECT c …)``), else whole. ``NOT IN`` is keyed only by a correlation: its
-NULL semantics (one NULL in the subquery rejects every row) reach every row.
+EXISTS / IN / scalar subqueries in its expressions. It is linear in the inputs it inner-joins, in
+the left side of a LEFT JOIN and the right side of a RIGHT JOIN (a LEFT JOIN mirrored); the others
+are ``Keyed``: by the equality of one of their columns with a column of a linear input (a LEFT or
+RIGHT JOIN's ON, a subquery's correlation in its WHERE, the pair of a top-level ``x IN (SELECT c
+…)``), else whole. A FULL JOIN's two sides are keyed to each other by its ON equality. RIGHT and FULL
+JOIN only as the block's first join (their left side one input, not a join). ``NOT IN`` is keyed
+only by a correlation: its NULL semantics (one NULL in the subquery rejects every row) reach every
+row.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from workers.ddl.fast import check_deterministic
 from workers.ddl.fast_rules import NotEligible
 from workers.ddl.plan import JoinKey
 from workers.ddl.tree.aggregate import split_aggregate
-from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, node_view, scan_view
+from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, Union, node_view, scan_view
+from workers.ddl.tree.window import has_window, split_window
 
 _INTERIOR_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "hint", "order"})
 
@@ -94,21 +98,71 @@ class Builder:
             self.scans.append(scan)
             source.set("this", exp.to_identifier(scan.view))
             return scan.alias, scan
-        if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+        if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select | exp.SetOperation):
             alias = source.alias_or_name
-            node = self.select(source.this)
+            body = source.this
+            node = self.select(body) if isinstance(body, exp.Select) else self.set_operation(body)[0]
             table = exp.Table(
                 this=exp.to_identifier(node.view),
                 alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
             )
             source.replace(table)
             return alias, node
-        raise NotEligible(
-            "only tables and derived tables (a SELECT, not a set operation) can be read here", source
-        )
+        raise NotEligible("only tables and derived tables can be read here", source)
+
+    def set_operation(self, op: exp.SetOperation) -> tuple[Union | Aggregate, tuple[str, ...]]:
+        """A UNION ALL as a ``Union`` of its branches' nodes (a chain of them one node), a UNION as
+        the distinct of that; and its column names (its first branch's)."""
+        if not isinstance(op, exp.Union):
+            word = "INTERSECT" if isinstance(op, exp.Intersect) else "EXCEPT"
+            exists = "EXISTS" if word == "INTERSECT" else "NOT EXISTS"
+            raise NotEligible(
+                f"{word} is not yet FAST in the operator tree; write it as SELECT DISTINCT … WHERE "
+                f"{exists} (SELECT … WHERE each column <=> the other's), or use REFRESH COMPLETE",
+                op,
+            )
+        for clause in ("order", "limit", "offset"):
+            if op.args.get(clause):
+                shown = f"{clause.upper()} on a UNION inside the query is not yet FAST"
+                raise NotEligible(shown, op.args[clause])
+        distinct = bool(op.args.get("distinct"))
+        branches: list[exp.Expr] = []
+
+        def flatten(node: exp.Expr) -> None:
+            plain = not any(node.args.get(c) for c in ("order", "limit", "offset"))
+            if isinstance(node, exp.Union) and bool(node.args.get("distinct")) == distinct and plain:
+                flatten(node.this)
+                flatten(node.expression)
+            else:
+                branches.append(node.this if isinstance(node, exp.Subquery) else node)
+
+        flatten(op)
+        inputs: list[Node] = []
+        columns: list[tuple[str, ...]] = []
+        for branch in branches:
+            if isinstance(branch, exp.Select):
+                columns.append(tuple(i.alias_or_name for i in branch.expressions))
+                inputs.append(self.select(branch))
+            elif isinstance(branch, exp.SetOperation):
+                node, names = self.set_operation(branch)
+                inputs.append(node)
+                columns.append(names)
+            else:
+                raise NotEligible("a UNION's branches must be SELECTs", branch)
+        names = columns[0]
+        sql = " UNION ALL ".join(f"SELECT * FROM {n.view}" for n in inputs)
+        union = Union(self._view(), sql, tuple(inputs), tuple(columns))
+        if not distinct:
+            return union, names
+        block = Block(self._view(), f"SELECT * FROM {union.view}", (union,), lineage=_same(names, union.view))
+        listed = ", ".join(exp.column(c, quoted=True).sql(dialect=DIALECT) for c in names)
+        sql = f"SELECT {listed} FROM {block.view} GROUP BY {listed}"
+        return Aggregate(self._view(), sql, block, names[0], names[0], "distinct (UNION)"), names
 
     def select(self, body: exp.Select) -> Block | Aggregate:
         """A derived table's SELECT as its node."""
+        if has_window(body):
+            return self.window(body)
         distinct = distinct_as_group_by(body)
         having = body.args.get("having")
         if having is not None and having.find(exp.Query) is not None:
@@ -129,6 +183,15 @@ class Builder:
         key, output = split.keys[0] if split.keys else (None, None)
         return Aggregate(view, split.sql, block, key, output, "distinct" if distinct else "aggregate")
 
+    def window(self, body: exp.Select) -> Aggregate:
+        """A SELECT with window functions recomputed by partition over its input block."""
+        view, input_view = self._view(), self._view()
+        split = split_window(body, input_view)
+        inner = body.copy()
+        inner.set("expressions", split.input_items)
+        block = self.block(inner, input_view)
+        return Aggregate(view, split.sql, block, split.key, split.output, "window (PARTITION BY)")
+
     def block(self, select: exp.Select, view: str | None = None) -> Block:
         """One SELECT without GROUP BY over its inputs (its sources renamed to their views)."""
         view = view or self._view()
@@ -139,9 +202,6 @@ class Builder:
                 )
                 raise NotEligible(shown, value if isinstance(value, exp.Expr) else None)
         select.set("order", None)
-        window = select.find(exp.Window)
-        if window is not None:
-            raise NotEligible("window functions are not yet FAST in the operator tree", window)
         check_deterministic(select)
         linear: dict[str, str] = {}  # alias -> view
         inputs: list[Node] = []
@@ -150,32 +210,54 @@ class Builder:
         source = select.args.get("from_")
         if source is None:
             raise NotEligible("a SELECT without FROM is not supported", select)
-        alias, node = self._source(source.this)
+        first, node = self._source(source.this)
         inputs.append(node)
-        linear[alias] = node.view
+        linear[first] = node.view
         inner_ons: list[exp.Expr] = []
-        for join in select.args.get("joins") or []:
+        for index, join in enumerate(select.args.get("joins") or []):
             side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
-            left = side == "LEFT" and kind in ("", "OUTER")
-            if not left and (side or kind not in ("", "INNER", "CROSS") or join.args.get("method")):
+            outer_join = side in ("LEFT", "RIGHT", "FULL") and kind in ("", "OUTER")
+            if not outer_join and (side or kind not in ("", "INNER", "CROSS") or join.args.get("method")):
                 shown = (
                     " ".join(w for w in (join.args.get("method") or "", side, kind) if w).upper() or "this"
                 )
                 raise NotEligible(
-                    f"{shown} JOIN is not yet FAST in the operator tree (inner and LEFT joins); "
-                    "use REFRESH COMPLETE",
+                    f"{shown} JOIN is not yet FAST in the operator tree (inner, LEFT, RIGHT and FULL "
+                    "joins); use REFRESH COMPLETE",
+                    join,
+                )
+            if side in ("RIGHT", "FULL") and index > 0:
+                raise NotEligible(
+                    f"{side} JOIN after another join is not yet FAST in the operator tree (its left side "
+                    f"would be a join); put it first (FROM a {side} JOIN b …), join the rest in a derived "
+                    "table, or use REFRESH COMPLETE",
                     join,
                 )
             alias, node = self._source(join.this)
             inputs.append(node)
-            if not left:
+            ons = _terms(join.args.get("on"))
+            if not side:
                 linear[alias] = node.view
-                inner_ons.extend(_terms(join.args.get("on")))
-                continue
-            pairs = [p for t in _terms(join.args.get("on")) if (p := _pair(t, alias, linear)) is not None]
-            left_keys.extend(JoinKey(o_view, o_col, node.view, c) for c, o_view, o_col in pairs)
-            first = pairs[0] if pairs else None
-            keyed.append(_keyed(node.view, "left outer join", first))
+                inner_ons.extend(ons)
+            elif side == "LEFT":
+                pairs = [p for t in ons if (p := _pair(t, alias, linear)) is not None]
+                left_keys.extend(JoinKey(o_view, o_col, node.view, c) for c, o_view, o_col in pairs)
+                keyed.append(_keyed(node.view, "left outer join", pairs[0] if pairs else None))
+            else:
+                left_side = (first, linear.pop(first))
+                keyed.extend(_first_outer_join(side, left_side, (alias, node.view), ons, linear))
+                if side == "RIGHT":  # mirrored LEFT JOIN: the FROM side keyed to the preserved side
+                    k = keyed[-1]
+                    if k.column is not None and k.outer_view is not None and k.outer_column is not None:
+                        left_keys.append(JoinKey(k.outer_view, k.outer_column, k.view, k.column))
+        window = select.find(exp.Window)  # its derived tables are views by now: in a subquery expression
+        if window is not None:
+            raise NotEligible(
+                "window functions inside a subquery expression are not yet FAST in the operator tree; "
+                "apply them in a derived table (FROM (SELECT … OVER (PARTITION BY …)) w), or use "
+                "REFRESH COMPLETE",
+                window,
+            )
         where = select.args.get("where")
         where_terms = _terms(where.this if where is not None else None)
         for nested in list(select.walk(prune=lambda n: isinstance(n, exp.Select) and n is not select)):
@@ -228,6 +310,34 @@ class Builder:
             if isinstance(nested, exp.Select) and nested is not sub:
                 found.extend(self._subquery(nested, {}, [], inputs))  # keyed to sub, not to the block
         return found
+
+
+def _first_outer_join(
+    side: str, left: tuple[str, str], right: tuple[str, str], ons: list[exp.Expr], linear: dict[str, str]
+) -> list[Keyed]:
+    """``FROM l RIGHT JOIN r ON …`` (a LEFT JOIN mirrored: ``r`` linear, ``l`` keyed to it by an ON
+    equality) or ``FROM l FULL JOIN r ON …`` (neither side linear: an insert on one side can take a
+    NULL-padded row of the other away; each side keyed to the other by an ON equality, NULL keys
+    included: a row whose key is NULL is padded, only its own change reaches it). ``left`` and
+    ``right``: (alias, view); ``linear`` gains ``r`` for a RIGHT JOIN."""
+    (left_alias, left_view), (right_alias, right_view) = left, right
+    if side == "RIGHT":
+        linear[right_alias] = right_view
+        pair = next((p for t in ons if (p := _pair(t, left_alias, linear)) is not None), None)
+        return [_keyed(left_view, "right outer join", pair)]
+    pair = next((p for t in ons if (p := _pair(t, right_alias, {left_alias: left_view})) is not None), None)
+    if pair is None:
+        return [Keyed(left_view, "full outer join"), Keyed(right_view, "full outer join")]
+    column, _, left_column = pair
+    return [
+        Keyed(left_view, "full outer join", left_column, right_view, column),
+        Keyed(right_view, "full outer join", column, left_view, left_column),
+    ]
+
+
+def _same(names: tuple[str, ...], view: str) -> tuple[tuple[str, str, str], ...]:
+    """The lineage of ``SELECT * FROM view``: each column its own."""
+    return tuple((name, view, name) for name in names)
 
 
 def _keyed(view: str, operator: str, pair: tuple[str, str, str] | None) -> Keyed:

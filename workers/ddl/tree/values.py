@@ -4,10 +4,11 @@
 A tree is, from the leaves up: one ``Scan`` per occurrence of a base table (a self-join reads the
 same table twice, as two scans); ``Block`` nodes, one Spark SQL SELECT over its inputs' views (inner
 and left outer joins, filter, projection, EXISTS / IN / scalar subqueries over inputs of their own);
-``Aggregate`` nodes (a derived table's GROUP BY or DISTINCT, an aggregate its merge cannot keep) over
-a block. The root block's rows are the MV's (``top == "projection"``) or the input of the aggregate at
-the top (``aggregate``: the plan of a one-input aggregate over ``INPUT_VIEW``, applied by the
-aggregate machinery).
+``Aggregate`` nodes (a derived table's GROUP BY or DISTINCT, an aggregate its merge cannot keep, a
+UNION's distinct) over a block; ``Union`` nodes (UNION ALL of its inputs by position). The root
+block's rows are the MV's (``top == "projection"``) or the input of the aggregate at the top
+(``aggregate``: the plan of a one-input aggregate over ``INPUT_VIEW``, applied by the aggregate
+machinery).
 
 Each node's change is computed from its inputs' (``workers.jobs.fast.operators``): a block is linear
 in the inputs it joins (``Block.inputs`` minus ``Block.keyed``) and is recomputed only for the keys a
@@ -49,9 +50,10 @@ class Scan:
 
 @dataclass(frozen=True)
 class Keyed:
-    """An input of a block that the block is not linear in (the right side of a LEFT JOIN, a table
-    of an EXISTS / IN / scalar subquery): its rows reach only the block's rows whose ``outer``
-    column (of a linear input) equals their ``column``. ``column`` None: no such key, a change of
+    """An input of a block that the block is not linear in (the right side of a LEFT JOIN, the left
+    of a RIGHT JOIN, either side of a FULL JOIN, a table of an EXISTS / IN / scalar subquery): its
+    rows reach only the block's rows whose ``outer`` column (of a linear input, or the other side of
+    a FULL JOIN) equals their ``column``. ``column`` None: no such key, a change of
     the input recomputes the block whole. ``operator`` names it (describe)."""
 
     view: str
@@ -59,6 +61,12 @@ class Keyed:
     column: str | None = None
     outer_view: str | None = None
     outer_column: str | None = None
+
+    @property
+    def null_keys(self) -> bool:
+        """A change of a row whose key is NULL reaches the block: a FULL JOIN pads such a row (a LEFT
+        JOIN's right side, a subquery's rows, match nothing by a NULL key)."""
+        return self.operator == "full outer join"
 
 
 @dataclass(frozen=True)
@@ -78,24 +86,39 @@ class Block:
     filtered: bool = False
 
     def keyed_input(self, view: str) -> Keyed | None:
+        """The keyed input read by ``view`` (None: a linear input)."""
         return next((k for k in self.keyed if k.view == view), None)
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """A GROUP BY (or DISTINCT) over the block ``input``: ``sql`` over its view, recomputed for the
-    groups its input's change reaches, found by the input column ``key`` (a group column, named
-    ``output`` in the aggregate's rows); ``key`` None: one group, recomputed whole."""
+    """A GROUP BY (or DISTINCT, a UNION's distinct, a SELECT's windows) over the block ``input``:
+    ``sql`` over its view, recomputed for the groups (partitions) its input's change reaches, found
+    by the input column ``key`` (a group / PARTITION BY column, named ``output`` in the node's rows,
+    None when not output); ``key`` None: one group, recomputed whole."""
 
     view: str
     sql: str
     input: Block
     key: str | None
     output: str | None
-    operator: str  # "aggregate", "distinct"
+    operator: str  # "aggregate", "distinct", "distinct (UNION)", "window (PARTITION BY)"
 
 
-Node = Scan | Block | Aggregate
+@dataclass(frozen=True)
+class Union:
+    """UNION ALL of ``inputs`` by position (``sql``: their views' rows one after the other), named
+    by the first input's columns; ``columns``: each input's column names, in order (a restriction of
+    one output column is each input's column at its position). Linear: its change is the signed
+    union of its inputs'. A UNION (distinct) is an ``Aggregate`` (``distinct (UNION)``) above it."""
+
+    view: str
+    sql: str
+    inputs: tuple[Node, ...]
+    columns: tuple[tuple[str, ...], ...]
+
+
+Node = Scan | Block | Aggregate | Union
 
 
 @dataclass(frozen=True)
@@ -141,14 +164,7 @@ class TreePlan:
 def _describe(block: Block) -> list[str]:
     lines: list[str] = []
     for node in block.inputs:
-        if isinstance(node, Scan):
-            lines.append(f"scan {node.table} AS {node.alias}: MV-log change rows")
-        elif isinstance(node, Block):
-            lines.extend(_describe(node))
-        else:
-            lines.extend(_describe(node.input))
-            what = f"by {node.key}: recompute of the groups reached" if node.key else ": recomputed whole"
-            lines.append(f"{node.operator} {what} (keyed)")
+        lines.extend(_describe_node(node))
     linear = len(block.inputs) - len(block.keyed)
     if linear > 1:
         lines.append(f"inner join of {linear} inputs: linear, Σ_i T1'⋈…⋈ΔTi⋈…⋈Tn over the occurrences")
@@ -159,8 +175,27 @@ def _describe(block: Block) -> list[str]:
             lines.append(f"{keyed.operator}: recompute of the block whole when its input changes")
         else:
             reached = f"the rows whose {keyed.outer_column} its change reaches"
+            if keyed.null_keys:
+                reached += ", NULL keys included"
             lines.append(f"{keyed.operator}: recompute of {reached} (keyed)")
     return lines
+
+
+def _describe_node(node: Node) -> list[str]:
+    if isinstance(node, Scan):
+        return [f"scan {node.table} AS {node.alias}: MV-log change rows"]
+    if isinstance(node, Block):
+        return _describe(node)
+    if isinstance(node, Union):
+        lines = [line for n in node.inputs for line in _describe_node(n)]
+        return [*lines, f"union all of {len(node.inputs)} inputs: linear, the signed union of their changes"]
+    reached = "partitions" if node.operator.startswith("window") else "groups"
+    what = (
+        f" by {node.output or node.key}: recompute of the {reached} reached (keyed)"
+        if node.key
+        else ": recomputed whole"
+    )
+    return [*_describe(node.input), f"{node.operator}{what}"]
 
 
 def _key_record(key: JoinKey) -> list[str]:
@@ -170,6 +205,15 @@ def _key_record(key: JoinKey) -> list[str]:
 def _node_record(node: Node) -> dict[str, Any]:
     if isinstance(node, Scan):
         return {"scan": {"table": node.table, "alias": node.alias, "view": node.view}}
+    if isinstance(node, Union):
+        return {
+            "union": {
+                "view": node.view,
+                "sql": node.sql,
+                "inputs": [_node_record(n) for n in node.inputs],
+                "columns": [list(c) for c in node.columns],
+            }
+        }
     if isinstance(node, Aggregate):
         return {
             "aggregate": {
@@ -199,6 +243,10 @@ def _node_from_record(record: dict[str, Any]) -> Node:
     if "scan" in record:
         s = record["scan"]
         return Scan(s["table"], s["alias"], s["view"])
+    if "union" in record:
+        u = record["union"]
+        inputs = tuple(_node_from_record(n) for n in u["inputs"])
+        return Union(u["view"], u["sql"], inputs, tuple(tuple(c) for c in u["columns"]))
     if "aggregate" in record:
         a = record["aggregate"]
         found = _node_from_record(a["input"])

@@ -13,9 +13,10 @@ equality of the changed input is narrowed to the keys its change rows hold
 (``workers.jobs.fast.join.narrowed``: a filter Delta skips files by, or a broadcast semi-join), and so
 is a subquery's input correlated to it.
 
-The inputs the block is not linear in (``Block.keyed``: the right side of a LEFT JOIN, a subquery's
-tables) come after, one step each of the same telescoping sum with every linear input at new: the
-block recomputed for the keys their change reaches (``keyed``).
+The inputs the block is not linear in (``Block.keyed``: the right side of a LEFT JOIN, the left of a
+RIGHT JOIN, both sides of a FULL JOIN, a subquery's tables) come after, one step each of the same
+telescoping sum with every linear input at new: the block recomputed for the keys their change
+reaches (``keyed``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
     gained: list[DataFrame] = []
     lost: list[DataFrame] = []
     current = {n.view: ev.at(n, False) for n in block.inputs}
+    at_new: set[str] = set()  # the inputs ``current`` holds at new (the sum's steps so far)
     linear = [n for n in block.inputs if block.keyed_input(n.view) is None]
     for node in linear:
         delta = ev.delta(node)
@@ -42,13 +44,15 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
             gained.append(ev.sql(block.sql, {**tables, node.view: delta[0]}))
             lost.append(ev.sql(block.sql, {**tables, node.view: delta[1]}))
         current[node.view] = ev.at(node, True)
+        at_new.add(node.view)
     for node in block.inputs:
         keyed = block.keyed_input(node.view)
         if keyed is not None and ev.delta(node) is not None:
-            term = _keyed_term(ev, block, node, keyed, current)
+            term = _keyed_term(ev, block, node, keyed, current, keyed.outer_view in at_new)
             gained.append(term[0])
             lost.append(term[1])
         current[node.view] = ev.at(node, True)
+        at_new.add(node.view)
     if not gained:
         return None
     return reduce(DataFrame.unionByName, gained), reduce(DataFrame.unionByName, lost)
@@ -86,10 +90,11 @@ def _narrowed_for(
 
 
 def _keyed_term(
-    ev: Evaluation, block: Block, node: Node, keyed: Keyed, current: dict[str, DataFrame]
+    ev: Evaluation, block: Block, node: Node, keyed: Keyed, current: dict[str, DataFrame], outer_new: bool
 ) -> Signed:
     """The block's step for the keyed input ``node``: recomputed with ``node`` at new (gained) and
-    at old (lost), both restricted to the keys its change reaches (whole without a key)."""
+    at old (lost), both restricted to the keys its change reaches (whole without a key), its outer
+    input as far as the sum has stepped (``outer_new``: at new; a FULL JOIN's other side may not be)."""
     if keyed.column is None or keyed.outer_view is None or keyed.outer_column is None:
         return (
             ev.sql(block.sql, {**current, node.view: ev.at(node, True)}),
@@ -98,8 +103,10 @@ def _keyed_term(
     keys = ev.keys(node, keyed.column)
     outer = next(n for n in block.inputs if n.view == keyed.outer_view)
     tables = dict(current)
-    # A NULL key matches nothing: the rows holding one are the same before and after.
-    tables[outer.view] = ev.restricted(outer, True, keyed.outer_column, keys, nulls=False)
-    new = ev.restricted(node, True, keyed.column, keys, nulls=False)
-    old = ev.restricted(node, False, keyed.column, keys, nulls=False)
+    # A NULL key matches nothing: the rows holding one are the same before and after (but for a FULL
+    # JOIN's, which pad them: ``null_keys``).
+    nulls = keyed.null_keys
+    tables[outer.view] = ev.restricted(outer, outer_new, keyed.outer_column, keys, nulls=nulls)
+    new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
+    old = ev.restricted(node, False, keyed.column, keys, nulls=nulls)
     return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})

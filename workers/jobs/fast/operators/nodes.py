@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import Aggregate, Block, Node, Scan
+from workers.ddl.tree.values import Aggregate, Block, Node, Scan, Union
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.join import narrowed
 from workers.jobs.fast.operators.inner_join import block_delta
 from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta
 from workers.jobs.fast.operators.scan import ScanFrames
+from workers.jobs.fast.operators.union_all import union_delta
 from workers.jobs.spark.held import hold_counted
 
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -72,7 +73,12 @@ class Evaluation:
             lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
             return gained, lost
         if node.view not in self._delta:
-            found = aggregate_delta(self, node) if isinstance(node, Aggregate) else block_delta(self, node)
+            if isinstance(node, Aggregate):
+                found = aggregate_delta(self, node)
+            elif isinstance(node, Union):
+                found = union_delta(self, node)
+            else:
+                found = block_delta(self, node)
             if found is not None:  # an interior node's change: computed once, read by every use
                 found = (self.scope.in_memory(found[0]), self.scope.in_memory(found[1]))
             self._delta[node.view] = found
@@ -105,6 +111,15 @@ class Evaluation:
                 return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
             rows = self.restricted(node.input, new, node.key, keys, nulls=nulls)
             return self.sql(node.sql, {node.input.view: rows})
+        if isinstance(node, Union):  # each input restricted by its column at the same position
+            if column not in node.columns[0]:
+                return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+            index = node.columns[0].index(column)
+            tables = {
+                n.view: self.restricted(n, new, names[index], keys, nulls=nulls)
+                for n, names in zip(node.inputs, node.columns, strict=True)
+            }
+            return self.sql(node.sql, tables)
         origin = next(((v, c) for o, v, c in node.lineage if o == column), None)
         if origin is None:
             return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)

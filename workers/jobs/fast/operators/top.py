@@ -40,7 +40,15 @@ def tree_change(
     else:
         change = _aggregate(scope, tree, ev, state)
     rules = "; ".join(tree.describe())
-    return replace(change, plan=f"operator tree [{rules}], {change.plan}"), frames.shared
+    return _named(change, f"operator tree [{rules}]"), frames.shared
+
+
+def _named(change: apply.Change, rules: str) -> apply.Change:
+    """``change`` named by the tree's rules, and so is the change its fallback computes (a one-pass
+    MERGE's retry) when the commit needs it."""
+    fallback = change.fallback
+    retried = None if fallback is None else (lambda: _named(fallback(), rules))
+    return replace(change, plan=f"{rules}, {change.plan}", fallback=retried)
 
 
 def _signed(ev: Evaluation, tree: TreePlan) -> tuple[DataFrame, DataFrame]:
