@@ -10,8 +10,9 @@ writes them), IN / NOT IN (NOT IN's NULL semantics: NULLs on both sides), an agg
 table joined to a base, correlated and uncorrelated scalar subqueries, a LEFT JOIN (its right side's
 columns output, padded with NULLs) and one under a nested aggregate (TPC-H Q13's shape), and
 COUNT(DISTINCT …) at the top; and stacked two or three to an MV: a RIGHT JOIN over a UNION ALL, a
-FULL JOIN under an aggregate with an unnamed output, windows by PARTITION BY in a UNION. Random change streams on every base (``fast_streams``: NULL keys,
-duplicates, key updates, deletes of all matches, several commits between refreshes, purges),
+FULL JOIN under an aggregate with an unnamed output, windows by PARTITION BY in a UNION. Random
+change streams on every base (``fast_streams``: NULL keys, duplicates, key updates, deletes of all
+matches, several commits between refreshes, purges),
 through the real jobs on real Spark and Delta (``fast_checks.Scenario``): after every refresh each MV
 holds exactly the multiset its query returns over the bases at its watermark, and the run was
 incremental and names its operators' rules.
