@@ -114,43 +114,35 @@ NESTED_SHAPES = [
 ]
 
 
-def tree_property(shapes: list[Shape]) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The property over ``shapes``: under CI only the explicit example (every shape, one MV each,
-    under ``JOINED``, which has every kind of change); else generated streams too."""
+def tree_test(shapes: list[Shape]) -> Callable[..., None]:
+    """The property over ``shapes``: every MV equal to its query after every refresh of a stream.
+    Under CI only the explicit example (every shape, one MV each, under ``JOINED``, which has every
+    kind of change); else generated streams too."""
 
-    def decorate(test: Callable[..., None]) -> Callable[..., None]:
-        generated = given(
-            case=st.tuples(
-                st.lists(st.sampled_from(shapes), min_size=1, max_size=MAX_MVS, unique=True),
-                streams(MAX_ROUNDS, 3),
-            )
+    def test(
+        spark: Any,
+        warehouse_settings: Settings,  # noqa: F811
+        case: tuple[list[Shape], Stream],
+    ) -> None:
+        chosen, stream = case
+        run_stream(spark, warehouse_settings, chosen, stream)
+
+    generated = given(
+        case=st.tuples(
+            st.lists(st.sampled_from(shapes), min_size=1, max_size=MAX_MVS, unique=True),
+            streams(MAX_ROUNDS, 3),
         )
-        checked = settings(
-            phases=phases_for_ci(), suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-        )
-        return checked(example(case=(shapes, JOINED))(generated(test)))
-
-    return decorate
-
-
-@tree_property(TREE_SHAPES)
-def test_fast_refresh_by_the_operator_tree_equals_the_query_at_its_watermark(
-    spark: Any,
-    warehouse_settings: Settings,  # noqa: F811
-    case: tuple[list[Shape], Stream],
-) -> None:
-    shapes, stream = case
-    run_stream(spark, warehouse_settings, shapes, stream)
+    )
+    checked = settings(
+        phases=phases_for_ci(), suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
+    return checked(example(case=(shapes, JOINED))(generated(test)))
 
 
-@tree_property(NESTED_SHAPES)
-def test_fast_refresh_by_the_nested_operator_tree_equals_the_query_at_its_watermark(
-    spark: Any,
-    warehouse_settings: Settings,  # noqa: F811
-    case: tuple[list[Shape], Stream],
-) -> None:
-    shapes, stream = case
-    run_stream(spark, warehouse_settings, shapes, stream)
+test_fast_refresh_by_the_operator_tree_equals_the_query_at_its_watermark = tree_test(TREE_SHAPES)
+
+
+test_fast_refresh_by_the_nested_operator_tree_equals_the_query_at_its_watermark = tree_test(NESTED_SHAPES)
 
 
 # Three MVs, each two or three of the newer operators stacked (one scenario: the cost is per MV).
@@ -187,11 +179,6 @@ OUTER_SET_WINDOW_SHAPES = [
 ]
 
 
-@tree_property(OUTER_SET_WINDOW_SHAPES)
-def test_fast_refresh_of_outer_joins_unions_and_windows_equals_the_query_at_its_watermark(
-    spark: Any,
-    warehouse_settings: Settings,  # noqa: F811
-    case: tuple[list[Shape], Stream],
-) -> None:
-    shapes, stream = case
-    run_stream(spark, warehouse_settings, shapes, stream)
+test_fast_refresh_of_outer_joins_unions_and_windows_equals_the_query_at_its_watermark = tree_test(
+    OUTER_SET_WINDOW_SHAPES
+)
