@@ -23,6 +23,7 @@ from workers.ddl.fast import check_deterministic
 from workers.ddl.fast_rules import NotEligible
 from workers.ddl.plan import JoinKey
 from workers.ddl.tree.aggregate import split_aggregate
+from workers.ddl.tree.union import union_node
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, Union, node_view, scan_view
 from workers.ddl.tree.window import has_window, split_window
 
@@ -85,7 +86,8 @@ class Builder:
     scans: list[Scan] = field(default_factory=list)
     count: int = 0
 
-    def _view(self) -> str:
+    def view(self) -> str:
+        """A new interior node's view name."""
         self.count += 1
         return node_view(self.count - 1)
 
@@ -111,53 +113,8 @@ class Builder:
         raise NotEligible("only tables and derived tables can be read here", source)
 
     def set_operation(self, op: exp.SetOperation) -> tuple[Union | Aggregate, tuple[str, ...]]:
-        """A UNION ALL as a ``Union`` of its branches' nodes (a chain of them one node), a UNION as
-        the distinct of that; and its column names (its first branch's)."""
-        if not isinstance(op, exp.Union):
-            word = "INTERSECT" if isinstance(op, exp.Intersect) else "EXCEPT"
-            exists = "EXISTS" if word == "INTERSECT" else "NOT EXISTS"
-            raise NotEligible(
-                f"{word} is not yet FAST in the operator tree; write it as SELECT DISTINCT … WHERE "
-                f"{exists} (SELECT … WHERE each column <=> the other's), or use REFRESH COMPLETE",
-                op,
-            )
-        for clause in ("order", "limit", "offset"):
-            if op.args.get(clause):
-                shown = f"{clause.upper()} on a UNION inside the query is not yet FAST"
-                raise NotEligible(shown, op.args[clause])
-        distinct = bool(op.args.get("distinct"))
-        branches: list[exp.Expr] = []
-
-        def flatten(node: exp.Expr) -> None:
-            plain = not any(node.args.get(c) for c in ("order", "limit", "offset"))
-            if isinstance(node, exp.Union) and bool(node.args.get("distinct")) == distinct and plain:
-                flatten(node.this)
-                flatten(node.expression)
-            else:
-                branches.append(node.this if isinstance(node, exp.Subquery) else node)
-
-        flatten(op)
-        inputs: list[Node] = []
-        columns: list[tuple[str, ...]] = []
-        for branch in branches:
-            if isinstance(branch, exp.Select):
-                columns.append(tuple(i.alias_or_name for i in branch.expressions))
-                inputs.append(self.select(branch))
-            elif isinstance(branch, exp.SetOperation):
-                node, names = self.set_operation(branch)
-                inputs.append(node)
-                columns.append(names)
-            else:
-                raise NotEligible("a UNION's branches must be SELECTs", branch)
-        names = columns[0]
-        sql = " UNION ALL ".join(f"SELECT * FROM {n.view}" for n in inputs)
-        union = Union(self._view(), sql, tuple(inputs), tuple(columns))
-        if not distinct:
-            return union, names
-        block = Block(self._view(), f"SELECT * FROM {union.view}", (union,), lineage=_same(names, union.view))
-        listed = ", ".join(exp.column(c, quoted=True).sql(dialect=DIALECT) for c in names)
-        sql = f"SELECT {listed} FROM {block.view} GROUP BY {listed}"
-        return Aggregate(self._view(), sql, block, names[0], names[0], "distinct (UNION)"), names
+        """A UNION [ALL] as its node and its column names (``union.union_node``)."""
+        return union_node(self, op)
 
     def select(self, body: exp.Select) -> Block | Aggregate:
         """A derived table's SELECT as its node."""
@@ -173,7 +130,7 @@ class Builder:
 
     def aggregate(self, body: exp.Select, distinct: bool) -> Aggregate:
         """A GROUP BY (or DISTINCT) recomputed by group over its input block."""
-        view, input_view = self._view(), self._view()
+        view, input_view = self.view(), self.view()
         split = split_aggregate(body, input_view, planned=False)
         inner = body.copy()
         inner.set("expressions", split.input_items)
@@ -185,7 +142,7 @@ class Builder:
 
     def window(self, body: exp.Select) -> Aggregate:
         """A SELECT with window functions recomputed by partition over its input block."""
-        view, input_view = self._view(), self._view()
+        view, input_view = self.view(), self.view()
         split = split_window(body, input_view)
         inner = body.copy()
         inner.set("expressions", split.input_items)
@@ -194,7 +151,7 @@ class Builder:
 
     def block(self, select: exp.Select, view: str | None = None) -> Block:
         """One SELECT without GROUP BY over its inputs (its sources renamed to their views)."""
-        view = view or self._view()
+        view = view or self.view()
         for clause, value in select.args.items():
             if value and clause not in _INTERIOR_CLAUSES:
                 shown = (
@@ -333,11 +290,6 @@ def _first_outer_join(
         Keyed(left_view, "full outer join", left_column, right_view, column),
         Keyed(right_view, "full outer join", column, left_view, left_column),
     ]
-
-
-def _same(names: tuple[str, ...], view: str) -> tuple[tuple[str, str, str], ...]:
-    """The lineage of ``SELECT * FROM view``: each column its own."""
-    return tuple((name, view, name) for name in names)
 
 
 def _keyed(view: str, operator: str, pair: tuple[str, str, str] | None) -> Keyed:
