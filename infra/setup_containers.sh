@@ -129,13 +129,15 @@ build() {
   fi
 }
 mvs_image() {
-  local dir
-  dir="$(mktemp -d)"
+  # Always the same folder: BuildKit then sends only the files that changed since the last build, not
+  # the 1.2 GB of wheels and jars again.
+  local dir="$cache/containers/mvs-context"
+  rm -rf "$dir"
+  mkdir -p "$dir"
   tar -c --exclude=__pycache__ pyproject.toml README.md workers schemas topics infra | tar -x -C "$dir"
   link "$cache/wheelhouse" "$dir/wheelhouse"
   link "$cache/jars" "$dir/.cache/jars"
   build --build-arg DEPENDENCIES=context -f infra/Dockerfile -t mvs:latest "$dir"
-  rm -rf "$dir"
 }
 timed "mvs:latest" mvs_image
 

@@ -101,8 +101,10 @@ class ImageBuild:
 
 def engine_unavailable() -> str | None:
     """Why the container test cannot run here, or None."""
-    if shutil.which("dockerd") is None and (os.geteuid() != 0 or shutil.which("apt-get") is None):
-        return "no dockerd, and installing Debian's docker.io needs root and apt-get"
+    if os.geteuid() != 0:
+        return "needs root: it starts the project's own Docker daemon and builds a base with debootstrap"
+    if shutil.which("dockerd") is None and shutil.which("apt-get") is None:
+        return "no dockerd, and no apt-get to install Debian's docker.io"
     return None
 
 
