@@ -1,4 +1,5 @@
-"""docker-compose.yml run for real: images built here from Debian's packages (infra/setup_containers.sh),
+"""docker-compose.yml run for real: images built here from Debian's packages (infra/setup_containers.sh,
+started in the background when the session collects this test: tests/support/image_build.py),
 the project's own Docker daemon without a bridge, every container on the host network
 (infra/compose.host-network.yml). Kafka, the topics, the object store, a coordinator and a standby,
 two workers and the API come up with ``docker compose up``; DDL goes through
@@ -43,7 +44,8 @@ CURRENT_S = 180
 # Each poll reads the catalog topic from its start (and, once the checkpoint is there, both MVs with
 # Spark): every half second leaves the CPU to the containers, at half a second of resolution.
 POLL_S = 0.5
-# The images from nothing (infra/setup_containers.sh; it started with the session): TODO measured.
+# The images (infra/setup_containers.sh, started with the session): from nothing 305 s at load 20, and
+# 550 s when pip and Maven still fetched from the registries at load 30-40; twice the worst.
 BUILD_S = 1200
 
 
