@@ -17,6 +17,8 @@ from hypothesis import settings as hypothesis_settings
 from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 
+pytest_plugins = ["tests.support.image_build"]  # the container test's images, built from the start
+
 # Property tests: a CI-sized run by default (a few seconds); HYPOTHESIS_PROFILE=long runs thousands
 # of examples per property (a fuzzing session outside CI).
 # CI explores the same examples every run (a property test must not turn a run red by luck);
@@ -59,6 +61,7 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
 LONGEST_FIRST = (
     "tests/integration/test_tpch.py",
     "tests/integration/test_fleet.py",
+    "tests/integration/test_containers.py",  # third: its images build in the background meanwhile
     "tests/integration/jobs/test_fast_properties.py",
     "tests/integration/jobs/test_fast_tree.py",
     "tests/integration/jobs/test_fast_top_n.py",

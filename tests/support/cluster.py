@@ -19,8 +19,15 @@ from workers.worker.manager import Manager
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T | None], *, timeout_s: float = 90.0, what: str = "condition") -> T:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+def wait_until(
+    condition: Callable[[], T | None],
+    *,
+    timeout_s: float = 90.0,
+    what: str = "condition",
+    every_s: float = 0.05,
+) -> T:
+    """Poll ``condition`` every ``every_s`` until it returns something truthy; fail with ``what`` at the
+    deadline."""
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
     while True:
@@ -29,7 +36,7 @@ def wait_until(condition: Callable[[], T | None], *, timeout_s: float = 90.0, wh
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        pause.wait(0.05)
+        pause.wait(every_s)
 
 
 class Cluster:

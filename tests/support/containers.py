@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import uuid
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from tests.support.fleet import step
+from tests.support.image_build import ImageBuild
 from workers.config import REPO_ROOT, Settings
 from workers.embedded.broker import free_port
 
@@ -31,13 +31,6 @@ PORTS = (
     "COORDINATOR_METRICS_PORT",
     "STANDBY_METRICS_PORT",
 )
-
-
-def engine_unavailable() -> str | None:
-    """Why the container test cannot run here, or None."""
-    if shutil.which("dockerd") is None and (os.geteuid() != 0 or shutil.which("apt-get") is None):
-        return "no dockerd, and installing Debian's docker.io needs root and apt-get"
-    return None
 
 
 def run(command: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 600) -> str:
@@ -171,14 +164,15 @@ class ComposeFleet:
         return Settings.from_env({k: str(v) for k, v in env.items()})
 
 
-def project_engine() -> Iterator[str]:
-    """The project's daemon with the images built (infra/setup_containers.sh): its DOCKER_HOST. Stops
-    the daemon at the end if this started it."""
-    for line in run(["bash", "infra/setup_containers.sh"], timeout_s=1800).splitlines():
-        step(f"setup_containers: {line}")
-    started = run(["bash", "infra/dockerd.sh", "start"]).strip() == "started"
+def project_engine(build_timeout_s: float) -> Iterator[str]:
+    """The project's daemon with the images built (infra/setup_containers.sh, started in the background
+    when the session collected this test; see tests/support/image_build.py): its DOCKER_HOST. Stops
+    the daemon at the end if the build started it."""
+    build = ImageBuild.of_session()
+    build.start()  # a no-op when the session already has
     try:
+        for line in build.wait(build_timeout_s).splitlines():
+            step(f"setup_containers: {line}")
         yield run(["bash", "infra/dockerd.sh", "host"]).strip()
     finally:
-        if started:
-            run(["bash", "infra/dockerd.sh", "stop"])
+        build.end()
