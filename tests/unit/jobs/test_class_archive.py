@@ -28,3 +28,14 @@ def test_another_jvm_binary_finds_no_archive(tmp_path: Path, monkeypatch: pytest
     first = class_archive.archive_path(jars)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk-b"))
     assert class_archive.archive_path(jars) != first
+
+
+def test_jars_fetched_again_find_no_archive(tmp_path: Path) -> None:
+    """The JVM refuses an archive whose jars were written after it ("the top archive failed to load")."""
+    jar = tmp_path / "delta-spark.jar"
+    jar.write_bytes(b"jar")
+    jars = {"spark.jars": str(jar), "spark.driver.extraClassPath": f"{tmp_path / 'absent.jar'}"}
+    first = class_archive.archive_path(jars)
+    assert class_archive.archive_path(jars) == first
+    jar.write_bytes(b"jar, fetched again")
+    assert class_archive.archive_path(jars) != first

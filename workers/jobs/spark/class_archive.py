@@ -3,8 +3,9 @@ its first Delta jobs, parsed and verified once at set-up (``infra/setup.sh``) in
 process. Measured on 2 cores: a Spark start and first Delta write and read 24.9 s → 17.6 s.
 
 The archive is only valid for the JVM binary and class path that made it; its file name carries a
-fingerprint of both, so a changed JDK, PySpark or jar set finds no archive (and runs without one)
-instead of a mismatched one. Local masters only: a cluster's driver has another class path.
+fingerprint of both (the jars' sizes and times included), so a changed JDK, PySpark or jar set (or
+the same jars fetched again) finds no archive (and runs without one) instead of a mismatched one.
+Local masters only: a cluster's driver has another class path.
 
 ``infra/make_class_archive.py`` makes it at set-up (idempotent).
 """
@@ -29,11 +30,24 @@ def _java_binary() -> str:
     return os.path.realpath(found) if found else ""
 
 
+def _jar_stamps(jars_conf: Mapping[str, str]) -> list[tuple[str, int, int]]:
+    """Each jar's size and modification time: the JVM refuses an archive whose jars were written again
+    (a re-fetch), so a re-fetched jar must name another archive."""
+    stamps = []
+    for value in jars_conf.values():
+        for path in value.replace(":", ",").split(","):
+            if path.endswith(".jar") and os.path.isfile(path):
+                found = os.stat(path)
+                stamps.append((path, found.st_size, found.st_mtime_ns))
+    return sorted(stamps)
+
+
 def archive_path(jars_conf: Mapping[str, str]) -> Path:
     """Where the archive for this JVM, PySpark and jar set lives (whether or not it exists)."""
     import pyspark
 
-    fingerprint = json.dumps([_java_binary(), pyspark.__version__, sorted(jars_conf.items())])
+    parts = [_java_binary(), pyspark.__version__, sorted(jars_conf.items()), _jar_stamps(jars_conf)]
+    fingerprint = json.dumps(parts)
     return ARCHIVE_DIR / f"spark-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}.jsa"
 
 
