@@ -158,8 +158,8 @@ def read_checksum(settings: Settings, name: str, version: int) -> dict[str, Any]
 
 def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any] | None:
     """``read_checksum``, else the same figures (``tableSizeBytes``, ``numFiles``,
-    ``metadata.schemaString``) read from the log by delta-rs, which writes no checksum of its own
-    commits (``workers.jobs.delta.rs_commit``); None when neither can tell."""
+    ``metadata.schemaString`` and ``.configuration``) read from the log by delta-rs, which writes no
+    checksum of its own commits (``workers.jobs.delta.rs_commit``); None when neither can tell."""
     found = read_checksum(settings, name, version)
     if found is not None:
         return found
@@ -168,9 +168,11 @@ def table_summary(settings: Settings, name: str, version: int) -> dict[str, Any]
         files = table.get_add_actions(flatten=True)
         size = sum(files.column("size_bytes").to_pylist())
         schema = table.schema().to_json()
+        configuration = dict(table.metadata().configuration)
     except Exception:  # noqa: BLE001 - unreadable: the caller does without, as without a checksum
         return None
-    return {"tableSizeBytes": size, "numFiles": files.num_rows, "metadata": {"schemaString": schema}}
+    metadata = {"schemaString": schema, "configuration": configuration}
+    return {"tableSizeBytes": size, "numFiles": files.num_rows, "metadata": metadata}
 
 
 def table_columns(settings: Settings, name: str) -> tuple[str, ...] | None:

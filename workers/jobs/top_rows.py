@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import TopN
+from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import write
 from workers.jobs.delta.metadata import CommitId, run_user_metadata, txn_version
@@ -54,8 +55,14 @@ def rebuild_rows(
 
 def first_n(session: SparkSession, settings: Settings, mv_name: str, top: TopN) -> DataFrame:
     """The top n of the rows table of MV ``mv_name`` as it is now, by the query's ORDER BY."""
-    path = warehouse.table_path(settings, warehouse.top_n_table_name(mv_name))
-    session.read.format("delta").load(path).createOrReplaceTempView(ROWS_VIEW)
+    name = warehouse.top_n_table_name(mv_name)
+    version = deltalog.current_version(session, settings, name)
+    assert version is not None, "the rows table was committed first"
+    # Small (a few thousand rows of a top-N's groups): read whole by delta-rs, no Spark job; else Spark.
+    rows = rs_arrow.read_small(session, settings, name, version)
+    if rows is None:
+        rows = session.read.format("delta").load(warehouse.table_path(settings, name))
+    rows.createOrReplaceTempView(ROWS_VIEW)
     selected = f"SELECT * FROM {ROWS_VIEW} ORDER BY {top.order_by} LIMIT {top.limit}"
     return guarded_sql(
         session, selected, tables=[ROWS_VIEW], mv_name=mv_name, extra_functions=settings.allowed_functions

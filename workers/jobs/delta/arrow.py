@@ -126,11 +126,12 @@ def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
 
 def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
     """Table ``name`` at ``version``, held on the driver, when it is small (``READ_LIMIT_BYTES``, by
-    Spark's checksum file, whose schema it takes), the warehouse local and the table without column
-    mapping (physical names): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
+    Spark's checksum file or, for a version delta-rs wrote, its log: ``warehouse.table_summary``,
+    whose schema it takes), the warehouse local and the table without column mapping (physical
+    names): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
     if not warehouse.is_local(settings):
         return None
-    summary = warehouse.read_checksum(settings, name, version)
+    summary = warehouse.table_summary(settings, name, version)
     schema = schema_of(summary)
     if not small(summary) or schema is None:
         return None

@@ -13,6 +13,8 @@ from pyspark.sql.types import DataType, DecimalType, StructType
 
 from workers.ddl.fast import AggregateItem, FastRefreshPlan
 from workers.ddl.plan import computed_keys
+from workers.jobs.delta.key_filter import KeyFilter
+from workers.jobs.delta.rs_commit import PlainMerge
 from workers.jobs.delta.write import MergeSpec
 from workers.jobs.fast.aggregate import values as values_of
 from workers.jobs.fast.apply import (
@@ -184,9 +186,15 @@ def rebuilt_state(
 
 
 def state_write(
-    decided: DataFrame, keys: list[str], names: list[str], grouped: bool, layout: str
+    decided: DataFrame,
+    keys: list[str],
+    names: list[str],
+    grouped: bool,
+    layout: str,
+    narrow: KeyFilter | None = None,
 ) -> StateWrite:
-    """The changed groups' new state, merged into the state table by key (an emptied group goes)."""
+    """The changed groups' new state, merged into the state table by key (an emptied group goes);
+    ``narrow``: the state rows those groups may be in (``key_filter``), for delta-rs to skip files by."""
     gone = F.lit(grouped) & (F.col(f"{_P}new_{S_ROWS}") == 0)
     source = decided.select(
         *[F.col(q(k)) for k in keys],
@@ -200,5 +208,6 @@ def state_write(
         update_set={q(n): col("s", n) for n in names},
         insert_when=F.col(f"s.{OP}") == "upsert",
         insert_values={q(n): col("s", n) for n in [*keys, *names]},
+        plain=PlainMerge(tuple(keys), (*keys, *names), OP, "delete", upsert_op="upsert", narrow=narrow),
     )
     return StateWrite(source, layout, merge=merge)

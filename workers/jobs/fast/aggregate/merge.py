@@ -150,6 +150,7 @@ def aggregate_merge(
 
         use_state = state is not None and needs_state(plan, aggs)
         write: StateWrite | None = None
+        state_listed: KeyFilter | None = None  # the kept state's rows of the changed groups
         new: dict[str, Column] = {}
         note = ""
         if state is not None and use_state:
@@ -206,7 +207,7 @@ def aggregate_merge(
         change_rows, total_groups, recomputed = _counts(decided)
         decided = decided.where(F.col(ROWS) > 0).drop(ROWS, ALL_ROWS)
         if state is not None and use_state and write is None:
-            write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout)
+            write = state_write(decided, [k for k, _ in dkeys], list(new), grouped, layout, state_listed)
         decided = decided.drop(*[k for k, _ in dkeys if use_state], *[f"{_P}new_{n}" for n in new])
         source = decided.where(~F.col(RECOMPUTE)).drop(RECOMPUTE)
         if recomputed:  # the base at v, restricted to those groups, read once

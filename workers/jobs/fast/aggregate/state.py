@@ -19,6 +19,11 @@ Stale owners: state commits use the MV's idempotent-write id (``txnAppId`` = tas
 as the MV commit's), and the first incremental run of an epoch fences the state table as it fences
 the MV (``workers.jobs.fast.commit.RunCommit.fence``), so after it no older epoch's commit lands in
 between a run's read of the state and its write.
+
+Who reads and writes it: delta-rs where it may (read whole while small: ``arrow.read_small``; merged
+into where it writes the table: ``write.merge``), else Spark. The state of a few changed groups is
+a few rows: Spark's MERGE of them cost ~5 jobs (snapshot, file scans, rewrite) and its read of the table
+a snapshot and a file-skipping job, whatever the change; delta-rs does both without a Spark job.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
+from workers.jobs.delta import rs_commit
 from workers.jobs.delta import write as delta_write
 from workers.jobs.delta.metadata import CommitId, MvWatermark, json_object
 from workers.jobs.fast.apply import StateWrite
@@ -76,6 +83,9 @@ class StateStore:
             )
             if not mine:
                 return None
+            held = rs_arrow.read_small(self.session, self.settings, self.table, commit.version)
+            if held is not None:  # small: read whole by delta-rs, no Spark job
+                return held
             reader = self.session.read.format("delta")
             if commit.version != deltalog.current_version(self.session, self.settings, self.table):
                 reader = reader.option("versionAsOf", commit.version)
@@ -98,5 +108,17 @@ class StateStore:
             delta_write.write(
                 write.frame, path, commit, mode="overwrite", options={"overwriteSchema": "true"}
             )
-        else:  # the source is the run's held rows (``workers.jobs.fast.aggregate.merge``)
-            delta_write.spark_merge(self.session, path, write.merge, commit)
+            return
+        # The source is the run's held rows (``workers.jobs.fast.aggregate.merge``). The version is
+        # the latest: a commit after it fails delta-rs's as a write conflict, and a stale owner's
+        # state is never trusted anyway (only the MV commit makes its tag match).
+        version = warehouse.latest_version(self.settings, self.table)
+        assert version is not None, "a state merged into was read first"
+        target = delta_write.Target(
+            self.settings,
+            self.table,
+            version,
+            warehouse.read_checksum(self.settings, self.table, version),
+            delta_rs=rs_commit.usable(self.settings, self.table, version),
+        )
+        delta_write.merge(self.session, target, write.merge, commit)
