@@ -57,9 +57,8 @@ def first_n(session: SparkSession, settings: Settings, mv_name: str, top: TopN) 
     """The top n of the rows table of MV ``mv_name`` as it is now, by the query's ORDER BY."""
     name = warehouse.top_n_table_name(mv_name)
     version = deltalog.current_version(session, settings, name)
-    assert version is not None, "the rows table was committed first"
     # Small (a few thousand rows of a top-N's groups): read whole by delta-rs, no Spark job; else Spark.
-    rows = rs_arrow.read_small(session, settings, name, version)
+    rows = None if version is None else rs_arrow.read_small(session, settings, name, version)
     if rows is None:
         rows = session.read.format("delta").load(warehouse.table_path(settings, name))
     rows.createOrReplaceTempView(ROWS_VIEW)
