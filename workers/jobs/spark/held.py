@@ -8,6 +8,8 @@ plans its source several times re-reads no change data and rebuilds no time-trav
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -35,12 +37,35 @@ def hold_counted(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, in
     if rows.size() > DRIVER_ROWS_LIMIT:
         checkpoint = frame.localCheckpoint(eager=True)
         return checkpoint, checkpoint.count()
-    count = int(rows.size())
-    if count > LOCAL_ROWS:
+    return _on_driver(session, rows, frame), int(rows.size())
+
+
+def _on_driver(session: SparkSession, rows: Any, like: DataFrame) -> DataFrame:
+    """The JVM ``rows`` (a ``java.util.List`` of rows of ``like``'s schema) as a frame held on the
+    driver: a local relation, or past ``LOCAL_ROWS`` an RDD of them."""
+    if int(rows.size()) > LOCAL_ROWS:
         context = session.sparkContext
         rows = context._jsc.parallelize(rows, context.defaultParallelism)  # noqa: SLF001
-    made = session._jsparkSession.createDataFrame(rows, frame._jdf.schema())  # noqa: SLF001
-    return DataFrame(made, session), count
+    made = session._jsparkSession.createDataFrame(rows, like._jdf.schema())  # noqa: SLF001
+    return DataFrame(made, session)
+
+
+def hold_distinct(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, int]:
+    """``hold_counted`` of ``frame``'s distinct rows. Where ``frame`` is projections and filters of
+    rows held on the driver (the optimizer folds them into a local relation), its rows are collected
+    without a job and made distinct there (``Row`` equality, as Spark's ``distinct``), else by one job."""
+    if not _is_local(frame):
+        return hold_counted(session, frame.distinct())
+    rows = frame._jdf.collectAsList()  # noqa: SLF001 - a local relation: served by the driver, no job
+    jvm = session._jvm  # noqa: SLF001
+    distinct = jvm.java.util.ArrayList(jvm.java.util.LinkedHashSet(rows))  # type: ignore[union-attr]
+    return _on_driver(session, distinct, frame), int(distinct.size())
+
+
+def _is_local(frame: DataFrame) -> bool:
+    """Whether ``frame``'s optimized plan is a local relation (reading it runs no Spark job)."""
+    plan = frame._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+    return bool(plan.getClass().getSimpleName() == "LocalRelation")
 
 
 def sums(frame: DataFrame, *values: Column) -> list[int]:
@@ -48,8 +73,7 @@ def sums(frame: DataFrame, *values: Column) -> list[int]:
     driver when ``frame`` is projections and filters of rows held there (the optimizer folds them into
     a local relation: no Spark job), else by one aggregate."""
     projected = frame.select(*[F.coalesce(v.cast("long"), F.lit(0)) for v in values])
-    plan = projected._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
-    if plan.getClass().getSimpleName() == "LocalRelation":
+    if _is_local(projected):
         rows = projected.collect()
         return [sum(int(row[i]) for row in rows) for i in range(len(values))]
     found = projected.agg(*[F.sum(c) for c in projected.columns]).collect()[0]

@@ -73,18 +73,20 @@ def _narrowed_for(
     for keyed in block.keyed:
         if keyed.column is not None and keyed.outer_view is not None and keyed.outer_column is not None:
             pairs.append(((keyed.outer_view, keyed.outer_column), (keyed.view, keyed.column)))
+    inputs = {n.view: n for n in block.inputs}
     for (view, column), (other, other_column) in pairs:
         if view != node.view or other == node.view:
             continue
+        held = ev.frames.is_held(inputs[other])
         if isinstance(node, Scan):  # the change rows as read (both signs): no job of their own
             read = ev.frames.reads[node.table]
             tables[other] = narrowed(
-                tables[other], other_column, read.frame, column, nulls=False, rows=read.rows
+                tables[other], other_column, read.frame, column, nulls=False, held=held, rows=read.rows
             )
         else:
             keys = ev.keys(node, column)
             tables[other] = narrowed(
-                tables[other], other_column, keys.frame, KEY, nulls=False, rows=keys.rows
+                tables[other], other_column, keys.frame, KEY, nulls=False, held=held, rows=keys.rows
             )
     return tables
 

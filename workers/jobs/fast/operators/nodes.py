@@ -21,9 +21,10 @@ from workers.jobs.fast.operators.inner_join import block_delta
 from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta
 from workers.jobs.fast.operators.scan import ScanFrames
 from workers.jobs.fast.operators.union_all import union_delta
-from workers.jobs.spark.held import hold_counted
+from workers.jobs.spark.held import hold_distinct
 
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_GAINED = "__mvs_gained"  # a held change row's sign (true: gained), beside the node's columns
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Evaluation:
     frames: ScanFrames
     _at: dict[tuple[str, bool], DataFrame] = field(default_factory=dict)
     _delta: dict[str, Signed | None] = field(default_factory=dict)
+    _both: dict[str, DataFrame] = field(default_factory=dict)  # held changes, both signs (``_GAINED``)
 
     def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame:
         self.scope.views.update(tables)
@@ -80,23 +82,25 @@ class Evaluation:
             else:
                 found = block_delta(self, node)
             if found is not None:  # an interior node's change: computed once, read by every use
-                found = (self.scope.in_memory(found[0]), self.scope.in_memory(found[1]))
+                found = self._held(node, found)
             self._delta[node.view] = found
         return self._delta[node.view]
 
+    def _held(self, node: Node, signed: Signed) -> Signed:
+        """Both signs of ``node``'s change computed by one query (the inputs both read are read
+        once: a Delta scan and its file skipping, a broadcast) and held as one frame, then split."""
+        # By position: both signs are the same SQL over the same inputs (its names may repeat).
+        both = signed[0].withColumn(_GAINED, F.lit(True)).union(signed[1].withColumn(_GAINED, F.lit(False)))
+        held = self._both[node.view] = self.scope.in_memory(both)
+        return held.where(F.col(_GAINED)).drop(_GAINED), held.where(~F.col(_GAINED)).drop(_GAINED)
+
     def keys(self, node: Node, column: str) -> Keys:
-        """The distinct values of ``column`` among ``node``'s change rows (both signs), held."""
+        """The distinct values of ``column`` among ``node``'s change rows (both signs), held (no job
+        where the change rows are held on the driver: ``hold_distinct``)."""
         delta = self.delta(node)
         assert delta is not None
-        if isinstance(node, Scan):
-            rows = self.frames.reads[node.table].frame.select(F.col(f"`{column}`").alias(KEY))
-        else:
-            rows = (
-                delta[0]
-                .select(F.col(f"`{column}`").alias(KEY))
-                .unionByName(delta[1].select(F.col(f"`{column}`").alias(KEY)))
-            )
-        frame, count = hold_counted(self.scope.session, rows.distinct())
+        both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[node.view]
+        frame, count = hold_distinct(self.scope.session, both.select(F.col(f"`{column}`").alias(KEY)))
         return Keys(frame, count)
 
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame:
@@ -105,7 +109,8 @@ class Evaluation:
         column's lineage and the node's equalities reach."""
         at = self.at(node, new)
         if isinstance(node, Scan):
-            return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+            held = self.frames.is_held(node)
+            return narrowed(at, column, keys.frame, KEY, nulls=nulls, held=held, rows=keys.rows)
         if isinstance(node, Aggregate):
             if node.key is None or column != node.output:
                 return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)

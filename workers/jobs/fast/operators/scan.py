@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from workers.ddl.tree.values import TreePlan
+from workers.ddl.tree.values import Node, Scan, TreePlan
 from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import read_at
+from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.fast import apply
 
 
@@ -23,6 +24,12 @@ class ScanFrames:
     old: Mapping[str, DataFrame]
     new: Mapping[str, DataFrame]
     reads: Mapping[str, Changes]
+    held: frozenset[str] = frozenset()  # unchanged small bases, held whole on the driver
+
+    def is_held(self, node: Node) -> bool:
+        """``node`` is a scan of a base held whole on the driver: narrowed by a list of values or not
+        at all (a semi-join with many keys costs more jobs than it saves there)."""
+        return isinstance(node, Scan) and node.table in self.held
 
     @property
     def shared(self) -> bool:
@@ -38,11 +45,19 @@ def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[i
     session, settings = scope.session, scope.settings
     scope.views.update(s.view for s in tree.scans)
     bases = dict.fromkeys(s.table for s in tree.scans)
-    old = {b: read_at(session, settings, b, ranges[b][0]) for b in bases}
+    # An unchanged small base read whole by delta-rs, once per run whatever the terms reading it: no
+    # Delta snapshot, file-skipping or broadcast job per term.
+    whole = {
+        b: frame
+        for b in bases
+        if ranges[b][0] == ranges[b][1]
+        and (frame := rs_arrow.read_small(session, settings, b, ranges[b][0])) is not None
+    }
+    old = {b: whole[b] if b in whole else read_at(session, settings, b, ranges[b][0]) for b in bases}
     new = {
         b: old[b] if ranges[b][0] == ranges[b][1] else read_at(session, settings, b, ranges[b][1])
         for b in bases
     }
     reads = {b: scope.changes(b, *ranges[b]) for b in bases if ranges[b][0] < ranges[b][1]}
     scope.step(apply.COMPUTE_STEP)
-    return ScanFrames(old, new, reads)
+    return ScanFrames(old, new, reads, frozenset(whole))

@@ -1,0 +1,54 @@
+"""Frames held on the driver (``workers.jobs.spark.held``): the distinct rows of held rows, made
+distinct on the driver without a Spark job and equal to Spark's ``distinct`` (real Spark)."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workers.jobs.spark import held
+from workers.jobs.spark.groups import job_group, spark_jobs
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "k long, name string, price decimal(10,2), day date, ratio double"
+
+_rows = st.tuples(
+    st.one_of(st.none(), st.integers(-2, 2)),
+    st.one_of(st.none(), st.sampled_from(["", "a", "é"])),
+    st.one_of(st.none(), st.sampled_from([Decimal("1.50"), Decimal("-0.01")])),
+    st.one_of(st.none(), st.sampled_from([datetime.date(2000, 1, 1), datetime.date(1999, 12, 31)])),
+    st.one_of(st.none(), st.sampled_from([0.0, 1.5, float("nan")])),
+)
+
+
+def _multiset(frame: Any) -> list[str]:
+    return sorted(repr(tuple(r)) for r in frame.collect())
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_rows, max_size=12), where=st.booleans())
+def test_distinct_held_rows_equal_sparks_distinct_without_a_job(
+    spark: Any, rows: list[tuple[Any, ...]], where: bool
+) -> None:
+    local = held.hold(spark, spark.createDataFrame(rows, SCHEMA))
+    projected = local.where("k IS NULL OR k > 0") if where else local
+    projected = projected.select("k", "name", "price", "day", "ratio")
+    group = f"held-distinct-{id(rows)}-{where}"
+    with job_group(spark, group, "hold_distinct of driver rows"):
+        found, count = held.hold_distinct(spark, projected)
+    assert spark_jobs(spark, group) == 0  # made distinct on the driver
+    assert count == found.count() == projected.distinct().count()
+    assert _multiset(found) == _multiset(projected.distinct())
+
+
+def test_distinct_rows_of_a_frame_not_held_are_made_distinct_by_spark(spark: Any) -> None:
+    frame = spark.range(10).selectExpr("id % 3 AS k")  # not a local relation: one job
+    found, count = held.hold_distinct(spark, frame)
+    assert count == 3
+    assert sorted(r.k for r in found.collect()) == [0, 1, 2]
