@@ -17,7 +17,10 @@ from hypothesis import settings as hypothesis_settings
 from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 
-pytest_plugins = ["tests.support.image_build"]  # the container test's images, built from the start
+pytest_plugins = [
+    "tests.support.image_build",  # the container test's images, built from the start
+    "tests.support.file_times",  # MVS_FILE_TIMES=<path>: each file's wall and CPU seconds
+]
 
 # Property tests: a CI-sized run by default (a few seconds); HYPOTHESIS_PROFILE=long runs thousands
 # of examples per property (a fuzzing session outside CI).
