@@ -194,9 +194,27 @@ def merge(
         if rows.num_rows:
             _merge(table, rows, spec, properties, within)
         if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
-            empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
-            write_deltalake(table, empty, mode="append", commit_properties=properties)
+            _append_nothing(table, properties)  # watermark needs one
     return True
+
+
+def empty_commit(settings: Settings, name: str, version: int, commit: CommitId) -> bool:
+    """An empty commit carrying ``commit`` (its watermark, its transaction identifier) on table
+    ``name`` as of ``version``, by delta-rs (no Spark job); False when the table already recorded
+    ``commit``'s version or more for its app id. The caller checked ``usable``.
+
+    Raises WriteConflict when another commit came after ``version``."""
+    table = warehouse.rs_table(settings, name, version)
+    if _recorded(table, commit):
+        return False
+    with _committing(table, name, version):
+        _append_nothing(table, _properties(commit))
+    return True
+
+
+def _append_nothing(table: DeltaTable, properties: CommitProperties) -> None:
+    empty = Table.from_batches([], schema=table.schema().to_arrow())
+    write_deltalake(table, empty, mode="append", commit_properties=properties)
 
 
 def overwrite(

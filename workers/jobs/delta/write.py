@@ -87,6 +87,20 @@ def write(
 def fence(session: SparkSession, path: str, commit: CommitId) -> None:
     """An empty commit carrying ``commit`` (``CommitId.fence``): from now on Delta skips every commit
     of the same app id with a lower version, i.e. every older epoch's."""
+    _spark_empty_commit(session, path, commit)
+
+
+def empty_commit(session: SparkSession, target: Target, commit: CommitId) -> None:
+    """An empty commit carrying ``commit`` on ``target`` (a run with no change row: only its watermark
+    moves): by delta-rs where it may write the table (no Spark job), else by Spark (a snapshot and a
+    write). Skipped by Delta, either way, where ``commit`` was already recorded."""
+    if target.delta_rs:
+        rs_commit.empty_commit(target.settings, target.name, target.version, commit)
+        return
+    _spark_empty_commit(session, target.path, commit)
+
+
+def _spark_empty_commit(session: SparkSession, path: str, commit: CommitId) -> None:
     schema = session.read.format("delta").load(path).schema
     write(session.createDataFrame([], schema), path, commit, mode="append")
 
