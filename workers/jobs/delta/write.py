@@ -140,6 +140,17 @@ def merge(session: SparkSession, target: Target, spec: MergeSpec, commit: Commit
     _spark_merge(session, target.path, spec, confs)
 
 
+def append(target: Target, frame: DataFrame, commit: CommitId) -> None:
+    """``frame`` appended to the MV ``target`` in one commit carrying ``commit``: by delta-rs where it
+    may write the MV and the rows are few (``rs_commit.append``: no Delta job of Spark's), else by
+    Spark."""
+    if target.delta_rs:
+        settings, name, version = target.settings, target.name, target.version
+        if rs_commit.append(settings, name, version, frame, commit) is not None:
+            return
+    write(frame, target.path, commit, mode="append")
+
+
 def overwrite(settings: Settings, name: str, version: int | None, frame: DataFrame, commit: CommitId) -> None:
     """A complete result ``frame`` replacing the MV ``name`` (read at ``version``; None: the first
     build), by delta-rs where it may (``rs_commit.overwrite``), else by Spark."""

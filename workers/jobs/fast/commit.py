@@ -80,7 +80,7 @@ class RunCommit:
         step(f"commit ({change.plan})")
         if change.merge is None:
             assert change.appended is not None
-            write.write(change.appended, target.path, mv_commit, mode="append")
+            write.append(target, change.appended, mv_commit)
             return change
         try:
             write.merge(self.session, target, change.merge, mv_commit)
