@@ -21,6 +21,7 @@ them uncommitted: its new owner reads them again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -44,6 +45,10 @@ SOURCES = {"runs": REFRESH_HISTORY_TABLE, "catalog": TASKS_TABLE}
 FLUSH_EVERY_S = 10.0
 MAX_BATCH = 5_000  # records buffered before a flush whatever their age
 HISTORY_SINK_STOP_S = 30.0  # a worker stopping waits this long for a flush under way
+# A flush is Spark writes that can outlast a role's 30 s poll interval on a loaded machine; leaving the
+# group then only makes the partitions move and the batch replay. A stuck sink delays history rows,
+# nothing else, so it may hold its partitions as long as librdkafka's default allows.
+HISTORY_MAX_POLL_INTERVAL_MS = 300_000
 
 
 class WriteConflict(Exception):
@@ -98,6 +103,12 @@ class SparkHistoryWriter:
 
         with self._conflicts():
             merge_tasks(self._spark(), self.settings, rows, removed)
+
+
+def sink_settings(settings: Settings) -> Settings:
+    """The sink's own consumer settings: the role's, with the longer poll interval its flushes need."""
+    interval = max(settings.max_poll_interval_ms, HISTORY_MAX_POLL_INTERVAL_MS)
+    return dataclasses.replace(settings, max_poll_interval_ms=interval)
 
 
 def txn_app_id(table: str, topic: str, partition: int) -> str:
@@ -155,7 +166,7 @@ class HistorySink(LoopRole):
         metrics: SchedMetrics | None = None,
     ) -> None:
         self.settings = settings
-        self.bus: Bus = bus if bus is not None else KafkaBus(settings)
+        self.bus: Bus = bus if bus is not None else KafkaBus(sink_settings(settings))
         self.writer: HistoryWriter = writer if writer is not None else SparkHistoryWriter(settings)
         self.clock = clock or SystemClock()
         self.flush_every_s = flush_every_s

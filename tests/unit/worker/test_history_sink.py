@@ -15,6 +15,7 @@ from tests.support.memory_bus import MemoryBus
 from tests.support.paths import AVRO_FIXTURES as FIXTURES
 from workers.catalog.names import REFRESH_HISTORY_TABLE, TASKS_TABLE
 from workers.config import Settings
+from workers.kafka.clients import consumer_config
 from workers.sched.clock import ManualClock
 from workers.sched.metrics import SchedMetrics
 from workers.worker.history_rows import HISTORY_COLUMNS, TASK_COLUMNS, history_row, refresh_type, task_row
@@ -23,6 +24,7 @@ from workers.worker.history_sink import (
     HistorySink,
     WriteConflict,
     history_tables_enabled,
+    sink_settings,
     task_changes,
 )
 
@@ -268,3 +270,11 @@ def test_a_concurrent_merge_is_written_again_at_the_next_flush_without_a_loop_er
     sink.step(0)
     assert [r["task_id"] for r in fleet.writer.rows[TASKS_TABLE]] == ["mv:a"]
     assert fleet.bus.committed[(fleet.settings.group("history"), "catalog", 1)] == 1
+
+
+def test_the_sinks_consumer_may_spend_a_slow_flush_without_leaving_its_group() -> None:
+    role = Settings(max_poll_interval_ms=30_000, session_timeout_ms=6000)
+    config = consumer_config(sink_settings(role), "ns.history")
+    assert config["max.poll.interval.ms"] == "300000"  # a Spark flush under load, not a hung role
+    assert config["session.timeout.ms"] == "6000"  # a dead worker's partitions still move at once
+    assert consumer_config(role, "ns.workers")["max.poll.interval.ms"] == "30000"  # the roles' own
