@@ -17,7 +17,10 @@ from hypothesis import settings as hypothesis_settings
 from workers.config import Settings
 from workers.embedded.broker import EmbeddedKafka, free_port, one_broker_settings
 
-pytest_plugins = ["tests.support.image_build"]  # the container test's images, built from the start
+pytest_plugins = [
+    "tests.support.image_build",  # the container test's images, built from the start
+    "tests.support.file_times",  # MVS_FILE_TIMES=<path>: each file's wall and CPU seconds
+]
 
 # Property tests: a CI-sized run by default (a few seconds); HYPOTHESIS_PROFILE=long runs thousands
 # of examples per property (a fuzzing session outside CI).
@@ -56,25 +59,33 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
 
 # The longest files first (LPT): xdist hands files out in collection order (``--no-loadscope-reorder``
 # in addopts), so the two processes finish together instead of one running a long file alone at the
-# end. Ranked from this session's timings (loaded machine): to re-rank from .ci/run's --durations; a
-# file not listed keeps its collected place.
+# end. Ranked by the sums of the slowest items of the last two .ci/run logs (--durations=30), the TPC-H
+# test at its cost after its second round was cut to two MVs; a file not listed keeps its collected
+# place. To re-rank from a whole run: MVS_FILE_TIMES=<path> (tests/support/file_times.py).
 LONGEST_FIRST = (
-    "tests/integration/test_tpch.py",
-    "tests/integration/test_fleet.py",
-    "tests/integration/test_containers.py",  # third: its images build in the background meanwhile
-    "tests/integration/jobs/test_fast_properties.py",
-    "tests/integration/jobs/test_fast_tree.py",
-    "tests/integration/jobs/test_fast_top_n.py",
-    "tests/integration/jobs/test_fast_chain.py",
+    "tests/integration/jobs/test_fast_properties.py",  # 650-940 s
+    "tests/integration/test_tpch.py",  # ~650 s
+    "tests/integration/test_fleet.py",  # 210-440 s
+    "tests/integration/jobs/test_fast_tree.py",  # 240-470 s
+    "tests/integration/test_containers.py",  # 360 s; its images build in the background until then
+    "tests/integration/test_spark_cluster.py",  # 180-290 s
+    "tests/integration/test_separate_hosts.py",  # 110-160 s
+    "tests/integration/test_spark_outage.py",  # 90-170 s
+    "tests/integration/test_broker_outage.py",  # 125-140 s
+    "tests/integration/test_objectstore_outage.py",  # 100-125 s
+    "tests/integration/jobs/test_fast_top_n.py",  # 120 s
+    "tests/integration/kafka/test_kafka_cluster.py",  # 95-120 s
+    "tests/integration/jobs/test_fast_chain.py",  # 50-115 s
+    "tests/integration/jobs/test_fast_state.py",  # 45-110 s
+    "tests/integration/jobs/test_rs_changes.py",  # 110 s
+    "tests/integration/jobs/test_fast_joins.py",  # 40-105 s
+    "tests/integration/jobs/test_fast_refresh.py",  # 50-90 s
+    "tests/integration/jobs/test_key_filter.py",  # 55-75 s
+    "tests/integration/test_api_fuzz.py",  # 45-65 s
+    "tests/integration/test_history_tables.py",  # 50 s
+    "tests/integration/test_chaos_inputs.py",  # 45 s
     "tests/integration/test_ownership.py",
-    "tests/integration/test_spark_cluster.py",
-    "tests/integration/test_objectstore_outage.py",
-    "tests/integration/test_separate_hosts.py",
     "tests/integration/jobs/test_force_by_cost.py",
-    "tests/integration/test_broker_outage.py",
-    "tests/integration/test_spark_outage.py",
-    "tests/integration/test_history_tables.py",
-    "tests/integration/jobs/test_fast_state.py",
     "tests/integration/jobs/test_column_mapping.py",
 )
 

@@ -18,6 +18,7 @@ from workers.ddl import analyze_query, plan_record
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.changes import reads as changes
+from workers.jobs.delta import rs_commit
 from workers.jobs.delta.metadata import EPOCH_SHIFT, txn_version
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.fast import apply
@@ -223,6 +224,48 @@ def test_aggregates_match_complete_refresh(
         result = _fast(spark, s, mv, AGGREGATES[mv], run="i1")
         assert result.applied and "11 change rows applied" in result.message, result.message
         assert _rows(spark, s, mv) == _query_at(spark, s, AGGREGATES[mv], 4), mv
+
+
+def test_a_range_without_change_rows_moves_the_watermark_without_a_spark_job(
+    spark: Any, local_settings: Settings
+) -> None:
+    s = local_settings
+    avg = AGGREGATES["mv_avg"]  # keeps helper state (AVG)
+    _base(spark, s, [_row(1, "eu", 5), _row(2, "us", 3)])
+    for mv, query in (("mv_avg", avg), ("mv_p", PROJECTION)):
+        assert _complete(spark, s, mv, query).applied
+    tables.append(spark, s, "sales", [_row(3, "eu", 7)])
+    for mv, query in (("mv_avg", avg), ("mv_p", PROJECTION)):
+        assert _fast(spark, s, mv, query, run="changed").applied
+    changed = warehouse.latest_version(s, "sales")
+    assert changed is not None
+
+    # Commits that hold no change row: a property set, a DELETE that matches nothing.
+    _dml(spark, s, "ALTER TABLE {sales} SET TBLPROPERTIES ('mvs.test.note' = 'no data')")
+    _dml(spark, s, "DELETE FROM {sales} WHERE id < 0")
+    quiet = warehouse.latest_version(s, "sales")
+    assert quiet is not None and quiet > changed
+    for mv, query in (("mv_avg", avg), ("mv_p", PROJECTION)):
+        before = warehouse.latest_version(s, mv)
+        request = run_request(s, mv, query, mode="FAST", run="quiet")
+        result = incremental.refresh_incremental(spark, s, request)
+        assert result.applied and result.watermark_after == {"sales": quiet}, result
+        assert "0 change rows applied" in result.message and "only the watermark moved" in result.message
+        assert result.spark_jobs == 0 and result.rows_written == 0, result
+        assert before is not None and warehouse.latest_version(s, mv) == before + 1
+        assert _rows(spark, s, mv) == _query_at(spark, s, query, quiet)
+        # Exactly once: the run replayed finds nothing to apply, and the same commit again lands nowhere.
+        replay = incremental.refresh_incremental(spark, s, request)
+        assert not replay.applied and replay.message == "skipped: this watermark was already applied"
+        commit = RunCommit(spark, s, request).commit_id({"sales": quiet})
+        assert not rs_commit.empty_commit(s, mv, before + 1, commit)
+        assert warehouse.latest_version(s, mv) == before + 1
+
+    # The helper state moved with the watermark: the next run with change rows keeps it.
+    _dml(spark, s, "UPDATE {sales} SET amount = amount + 1 WHERE id = 1")
+    updated = _fast(spark, s, "mv_avg", avg, run="after")
+    assert "state kept in" in updated.message, updated.message
+    _assert_like_complete(spark, s, "mv_avg", avg, quiet + 1)
 
 
 def test_the_decision_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:

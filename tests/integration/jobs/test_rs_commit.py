@@ -201,3 +201,24 @@ def test_more_rows_than_the_hand_over_takes_stay_with_spark(
     monkeypatch.setattr(rs_commit, "ARROW_ROWS", 100)
     read = rs_commit.read_rows(spark, s, "mv", 0, schema, None, whole=True)
     assert read is not None and read.count() == 100
+
+
+def test_appended_rows_land_once_with_the_txn_and_metadata_spark_reads(
+    spark: Any, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_settings
+    _mv(spark, s, rows=3)
+    new = spark.createDataFrame([(7, 70, "n7"), (8, None, None)], SCHEMA)
+    assert rs_commit.append(s, "mv", 0, new, CommitId("mv:mv", 5, "appended"))
+    for txn in (5, 4):  # a replay, an older epoch: skipped
+        assert rs_commit.append(s, "mv", 1, new, CommitId("mv:mv", txn, "again")) is False
+    assert _rows(spark, s) == {0: (0, "n0"), 1: (10, "n1"), 2: (20, "n2"), 7: (70, "n7"), 8: (None, None)}
+    last = tables.delta_history(spark, s, "mv")[0]
+    assert last["version"] == 1 and last["userMetadata"] == "appended", last
+    assert last["txn"] == [{"appId": "mv:mv", "version": 5}]
+    # Other columns, or more rows than the hand-over takes: nothing committed, Spark appends instead.
+    other = spark.createDataFrame([(9, "x")], "k long, name string")
+    assert rs_commit.append(s, "mv", 1, other, CommitId("mv:mv", 6, "m")) is None
+    monkeypatch.setattr(rs_commit, "ARROW_ROWS", 1)
+    assert rs_commit.append(s, "mv", 1, new, CommitId("mv:mv", 6, "m")) is None
+    assert warehouse.latest_version(s, "mv") == 1

@@ -1,6 +1,6 @@
 """MV commits by delta-rs (``deltalake``) instead of Spark: a FAST run's MERGE of rows it already holds
-(``merge``), the MV rows that MERGE touches, read for the run's Spark work (``read_rows``), and a small
-complete refresh's result (``overwrite``).
+(``merge``), the MV rows that MERGE touches, read for the run's Spark work (``read_rows``), a FAST
+run's appended rows (``append``), and a small complete refresh's result (``overwrite``).
 
 Why: Spark's Delta MERGE of a few rows into an MV costs ~1 s on a 2-core worker whatever the change
 (5-6 Spark jobs: source, snapshot rebuild, touched-file scan, rewrite; and ~0.6 s of driver-side
@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -194,9 +194,27 @@ def merge(
         if rows.num_rows:
             _merge(table, rows, spec, properties, within)
         if table.version() == version:  # delta-rs commits no MERGE that changes nothing: the
-            empty = Table.from_batches([], schema=table.schema().to_arrow())  # watermark needs one
-            write_deltalake(table, empty, mode="append", commit_properties=properties)
+            _append_nothing(table, properties)  # watermark needs one
     return True
+
+
+def empty_commit(settings: Settings, name: str, version: int, commit: CommitId) -> bool:
+    """An empty commit carrying ``commit`` (its watermark, its transaction identifier) on table
+    ``name`` as of ``version``, by delta-rs (no Spark job); False when the table already recorded
+    ``commit``'s version or more for its app id. The caller checked ``usable``.
+
+    Raises WriteConflict when another commit came after ``version``."""
+    table = warehouse.rs_table(settings, name, version)
+    if _recorded(table, commit):
+        return False
+    with _committing(table, name, version):
+        _append_nothing(table, _properties(commit))
+    return True
+
+
+def _append_nothing(table: DeltaTable, properties: CommitProperties) -> None:
+    empty = Table.from_batches([], schema=table.schema().to_arrow())
+    write_deltalake(table, empty, mode="append", commit_properties=properties)
 
 
 def overwrite(
@@ -216,6 +234,30 @@ def overwrite(
     Raises WriteConflict when another commit came after ``version``."""
     if not warehouse.is_local(settings) or not small(warehouse.table_summary(settings, name, version)):
         return None
+    return _write_rows(settings, name, version, frame, commit, mode="overwrite")
+
+
+def append(settings: Settings, name: str, version: int, frame: DataFrame, commit: CommitId) -> bool | None:
+    """A FAST run's new MV rows ``frame`` (computed from held change rows) appended to MV ``name`` as
+    of ``version``, by delta-rs: collected as Arrow instead of written by Spark (Delta's snapshot of the
+    MV, the write job and its statistics job: ~1 s whatever the rows). True, False and None as for
+    ``overwrite`` (None: over ``ARROW_ROWS`` rows, or columns delta-rs would not write as Spark does).
+
+    Raises WriteConflict when another commit came after ``version``."""
+    if not warehouse.is_local(settings):
+        return None
+    return _write_rows(settings, name, version, frame, commit, mode="append")
+
+
+def _write_rows(
+    settings: Settings,
+    name: str,
+    version: int,
+    frame: DataFrame,
+    commit: CommitId,
+    *,
+    mode: Literal["append", "overwrite"],
+) -> bool | None:
     table = warehouse.rs_table(settings, name, version)
     if not _writable(table):
         return None
@@ -233,7 +275,7 @@ def overwrite(
         log.info("delta-rs does not write %s (%s): Spark writes", name, unfit)
         return None
     with _committing(table, name, version):
-        write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(commit))
+        write_deltalake(table, rows, mode=mode, commit_properties=_properties(commit))
     return True
 
 

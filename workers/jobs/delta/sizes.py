@@ -105,6 +105,26 @@ def _changes(settings: Settings, base: str, since: int, until: int) -> tuple[int
     return rows, size
 
 
+def no_change_rows(settings: Settings, base: str, since: int, until: int) -> bool:
+    """Do ``base``'s commits (since, until] hold no change row, by their actions alone (no Spark)?
+    True when every commit file is there and none has a ``cdc`` file, nor a data-changing ``add`` /
+    ``remove`` that may hold rows (its stats give ``numRecords`` 0): OPTIMIZE, VACUUM, property and
+    fence commits, a DELETE or UPDATE that matched nothing. False when a commit may hold one, or is
+    gone (log cleanup: nothing is known of it)."""
+    for version in range(since + 1, until + 1):
+        try:
+            actions = warehouse.read_commit(settings, base, version)
+        except FileNotFoundError:
+            return False
+        for action in actions:
+            if "cdc" in action:
+                return False
+            file = action.get("add") or action.get("remove")
+            if file is not None and file.get("dataChange", True) and _stat_records(file) != 0:
+                return False
+    return True
+
+
 def commit_change(actions: list[dict[str, Any]], version: int) -> tuple[int, int]:
     """Rows one commit changed (an update counts as a delete and an insert, as in the change data
     feed) and the bytes of the files it added and removed."""
@@ -139,13 +159,19 @@ def _rows_from_metrics(metrics: Mapping[str, str]) -> int | None:
 
 def _records(file: Mapping[str, Any]) -> int:
     """``numRecords`` of an add/remove action's stats (0 when the writer left none)."""
+    return _stat_records(file) or 0
+
+
+def _stat_records(file: Mapping[str, Any]) -> int | None:
+    """``numRecords`` of an add/remove action's stats, None when they do not say."""
     stats = file.get("stats")
     if not stats:
-        return 0
+        return None
     try:
-        return int(json.loads(stats).get("numRecords") or 0)
+        found = json.loads(stats).get("numRecords")
     except (ValueError, TypeError, AttributeError):
-        return 0
+        return None
+    return int(found) if isinstance(found, int) else None
 
 
 def rows_inserted_deleted(operation: str | None, metrics: Mapping[str, str]) -> tuple[int, int] | None:

@@ -87,6 +87,20 @@ def write(
 def fence(session: SparkSession, path: str, commit: CommitId) -> None:
     """An empty commit carrying ``commit`` (``CommitId.fence``): from now on Delta skips every commit
     of the same app id with a lower version, i.e. every older epoch's."""
+    _spark_empty_commit(session, path, commit)
+
+
+def empty_commit(session: SparkSession, target: Target, commit: CommitId) -> None:
+    """An empty commit carrying ``commit`` on ``target`` (a run with no change row: only its watermark
+    moves): by delta-rs where it may write the table (no Spark job), else by Spark (a snapshot and a
+    write). Skipped by Delta, either way, where ``commit`` was already recorded."""
+    if target.delta_rs:
+        rs_commit.empty_commit(target.settings, target.name, target.version, commit)
+        return
+    _spark_empty_commit(session, target.path, commit)
+
+
+def _spark_empty_commit(session: SparkSession, path: str, commit: CommitId) -> None:
     schema = session.read.format("delta").load(path).schema
     write(session.createDataFrame([], schema), path, commit, mode="append")
 
@@ -124,6 +138,17 @@ def merge(session: SparkSession, target: Target, spec: MergeSpec, commit: Commit
             log.warning("delta-rs did not merge into %s (%s): Spark merges", target.name, refused)
     confs = {**commit.session_confs(), MATERIALIZE_SOURCE_CONF: "none", _DELETION_VECTORS: str(large).lower()}
     _spark_merge(session, target.path, spec, confs)
+
+
+def append(target: Target, frame: DataFrame, commit: CommitId) -> None:
+    """``frame`` appended to the MV ``target`` in one commit carrying ``commit``: by delta-rs where it
+    may write the MV and the rows are few (``rs_commit.append``: no Delta job of Spark's), else by
+    Spark."""
+    if target.delta_rs:
+        settings, name, version = target.settings, target.name, target.version
+        if rs_commit.append(settings, name, version, frame, commit) is not None:
+            return
+    write(frame, target.path, commit, mode="append")
 
 
 def overwrite(settings: Settings, name: str, version: int | None, frame: DataFrame, commit: CommitId) -> None:

@@ -8,6 +8,8 @@
    makes it trusted: ``workers.jobs.fast.aggregate.state``), then the MV: the change rows appended,
    or its MERGE (by delta-rs or Spark: ``workers.jobs.delta.write``). A one-pass MERGE that meets a
    group to recompute commits nothing and raises; its ``fallback`` (the two steps) is committed then.
+   ``advance`` instead, when the run's ranges hold no change row: the same two commits, empty (the
+   state's only where it is trusted, so that it stays so).
 
 The MV commit carries the data and the new watermark (``userMetadata``), the state commit its own tag
 (same txnVersion); the two are separate Delta commits of separate tables.
@@ -78,7 +80,7 @@ class RunCommit:
         step(f"commit ({change.plan})")
         if change.merge is None:
             assert change.appended is not None
-            write.write(change.appended, target.path, mv_commit, mode="append")
+            write.append(target, change.appended, mv_commit)
             return change
         try:
             write.merge(self.session, target, change.merge, mv_commit)
@@ -91,6 +93,16 @@ class RunCommit:
             assert change.merge is not None and change.state is None, "a fallback is one plain MERGE"
             write.merge(self.session, target, change.merge, mv_commit)
         return change
+
+    def advance(
+        self, *, target: Target, state: StateStore, watermark: Mapping[str, int], step: Callable[[str], None]
+    ) -> None:
+        """A run without change rows: the MV ``target`` (its trusted helper state first) gets an empty
+        commit reflecting the bases at ``watermark``, its content unchanged."""
+        mv_commit = self.commit_id(watermark)
+        step("commit (no change)")
+        state.carry(self.request, watermark, mv_commit.txn_version)
+        write.empty_commit(self.session, target, mv_commit)
 
     def _path(self, table: str) -> str:
         return warehouse.table_path(self.settings, table)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
+from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import complete
@@ -123,7 +124,10 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)
-            changes, detail = _apply(scope, run, commits, target)
+            if _without_change_rows(settings, request.mv_name, state.ranges):
+                changes, detail = 0, _advance(scope, run, commits, target)
+            else:
+                changes, detail = _apply(scope, run, commits, target)
         finally:
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
@@ -255,6 +259,23 @@ def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> 
     watermark = {table: until for table, (_, until) in run.ranges.items()}
     change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
     return change.change_rows, _detail(change, shared)
+
+
+def _without_change_rows(settings: Settings, mv_name: str, ranges: Mapping[str, tuple[int, int]]) -> bool:
+    """Do the run's ranges hold no change row (``sizes.no_change_rows``: from the bases' Delta logs,
+    no Spark)? Not asked of a top-N MV: its rows table carries a watermark of its own."""
+    top_n = warehouse.top_n_table_name(mv_name)
+    if warehouse.table_exists(settings, top_n):
+        return False
+    return all(sizes.no_change_rows(settings, base, since, until) for base, (since, until) in ranges.items())
+
+
+def _advance(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> str:
+    """No change row to apply: the MV's watermark moves by an empty commit (and its trusted helper
+    state's tag with it), by delta-rs where it writes the MV: no Spark job. Returns what was done."""
+    watermark = {table: until for table, (_, until) in run.ranges.items()}
+    commits.advance(target=target, state=run.state_store(scope), watermark=watermark, step=scope.step)
+    return "no change row in the range, only the watermark moved"
 
 
 def _detail(change: apply.Change, shared: bool) -> str:

@@ -68,8 +68,9 @@ class StateStore:
     def table(self) -> str:
         return warehouse.state_table_name(self.mv_name)
 
-    def read(self, layout: str) -> DataFrame | None:
-        """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""
+    def _trusted(self) -> tuple[int, str] | None:
+        """The version and layout of the newest tagged state commit when it belongs to the MV's
+        newest commit (see the module's docstring); None: no state, or not to be trusted."""
         for commit in deltalog.iter_commits(self.session, self.settings, self.table):
             tag = json_object(commit.user_metadata, _KEY)
             if tag is None:
@@ -79,32 +80,36 @@ class StateStore:
                 and tag.get("epoch") == self.mv.epoch
                 and tag.get("run_id") == self.mv.run_id
                 and tag.get("watermark") == self.mv.watermark
-                and tag.get("layout") == layout
+                and isinstance(tag.get("layout"), str)
             )
-            if not mine:
-                return None
-            held = rs_arrow.read_small(self.session, self.settings, self.table, commit.version)
-            if held is not None:  # small: read whole by delta-rs, no Spark job
-                return held
-            reader = self.session.read.format("delta")
-            if commit.version != deltalog.current_version(self.session, self.settings, self.table):
-                reader = reader.option("versionAsOf", commit.version)
-            # The newest version is read as such: the snapshot the run's state MERGE uses (a time
-            # travel to it would load the same state a second time). Only a newer epoch can commit
-            # after it (the fence), and then Delta skips this run's commits.
-            return reader.load(warehouse.table_path(self.settings, self.table))
+            return (commit.version, tag["layout"]) if mine else None
         return None
+
+    def read(self, layout: str) -> DataFrame | None:
+        """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""
+        trusted = self._trusted()
+        if trusted is None or trusted[1] != layout:
+            return None
+        version = trusted[0]
+        held = rs_arrow.read_small(self.session, self.settings, self.table, version)
+        if held is not None:  # small: read whole by delta-rs, no Spark job
+            return held
+        reader = self.session.read.format("delta")
+        if version != deltalog.current_version(self.session, self.settings, self.table):
+            reader = reader.option("versionAsOf", version)
+        # The newest version is read as such: the snapshot the run's state MERGE uses (a time
+        # travel to it would load the same state a second time). Only a newer epoch can commit
+        # after it (the fence), and then Delta skips this run's commits.
+        return reader.load(warehouse.table_path(self.settings, self.table))
 
     def commit(
         self, write: StateWrite, run: RunRequest, watermark: Mapping[str, int], txn_version: int
     ) -> None:
         """Write the run's state (before its MV commit), tagged with the run, under the MV commit's
         idempotent-write id (``workers.jobs.fast.commit``)."""
-        tag = {"task_id": run.task_id, "epoch": run.epoch, "run_id": run.run_id, "watermark": dict(watermark)}
-        metadata = json.dumps({_KEY: {**tag, "layout": write.layout}}, sort_keys=True)
-        commit = CommitId(run.task_id, txn_version, metadata)
-        path = warehouse.table_path(self.settings, self.table)
+        commit = _commit_id(run, watermark, txn_version, write.layout)
         if write.merge is None:
+            path = warehouse.table_path(self.settings, self.table)
             delta_write.write(
                 write.frame, path, commit, mode="overwrite", options={"overwriteSchema": "true"}
             )
@@ -112,13 +117,31 @@ class StateStore:
         # The source is the run's held rows (``workers.jobs.fast.aggregate.merge``). The version is
         # the latest: a commit after it fails delta-rs's as a write conflict, and a stale owner's
         # state is never trusted anyway (only the MV commit makes its tag match).
+        delta_write.merge(self.session, self._target(), write.merge, commit)
+
+    def carry(self, run: RunRequest, watermark: Mapping[str, int], txn_version: int) -> None:
+        """The trusted state, unchanged, tagged with the run (before its MV commit) by an empty commit:
+        a run with no change row moves the MV's watermark, and its state stays trusted. Nothing when
+        there is no trusted state (the next run that needs it rebuilds it, as it would have)."""
+        trusted = self._trusted()
+        if trusted is not None:
+            commit = _commit_id(run, watermark, txn_version, trusted[1])
+            delta_write.empty_commit(self.session, self._target(), commit)
+
+    def _target(self) -> delta_write.Target:
         version = warehouse.latest_version(self.settings, self.table)
-        assert version is not None, "a state merged into was read first"
-        target = delta_write.Target(
+        assert version is not None, "a state written into was read first"
+        return delta_write.Target(
             self.settings,
             self.table,
             version,
             warehouse.read_checksum(self.settings, self.table, version),
             delta_rs=rs_commit.usable(self.settings, self.table, version),
         )
-        delta_write.merge(self.session, target, write.merge, commit)
+
+
+def _commit_id(run: RunRequest, watermark: Mapping[str, int], txn_version: int, layout: str) -> CommitId:
+    """The id of a state commit of ``run``: the MV commit's ``txn_version``, the run's tag."""
+    tag = {"task_id": run.task_id, "epoch": run.epoch, "run_id": run.run_id, "watermark": dict(watermark)}
+    metadata = json.dumps({_KEY: {**tag, "layout": layout}}, sort_keys=True)
+    return CommitId(run.task_id, txn_version, metadata)
