@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
-from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import complete
@@ -124,7 +123,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)
-            if _without_change_rows(settings, request.mv_name, state.ranges):
+            if _without_change_rows(settings, plan, state.ranges):
                 changes, detail = 0, _advance(scope, run, commits, target)
             else:
                 changes, detail = _apply(scope, run, commits, target)
@@ -261,11 +260,12 @@ def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> 
     return change.change_rows, _detail(change, shared)
 
 
-def _without_change_rows(settings: Settings, mv_name: str, ranges: Mapping[str, tuple[int, int]]) -> bool:
+def _without_change_rows(
+    settings: Settings, plan: FastRefreshPlan, ranges: Mapping[str, tuple[int, int]]
+) -> bool:
     """Do the run's ranges hold no change row (``sizes.no_change_rows``: from the bases' Delta logs,
-    no Spark)? Not asked of a top-N MV: its rows table carries a watermark of its own."""
-    top_n = warehouse.top_n_table_name(mv_name)
-    if warehouse.table_exists(settings, top_n):
+    no Spark)? Not asked of a top-N plan: its rows table carries a watermark of its own."""
+    if plan.kind == "top_n":
         return False
     return all(sizes.no_change_rows(settings, base, since, until) for base, (since, until) in ranges.items())
 
