@@ -89,6 +89,43 @@ class Block:
         """The keyed input read by ``view`` (None: a linear input)."""
         return next((k for k in self.keyed if k.view == view), None)
 
+    def ties(self, *, left_joins: bool) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+        """Pairs ((view, column), (other view, column)): a restriction of the first to some values
+        allows the second's to them too, without changing the block's rows that hold them. The
+        equalities of the inner join (both ways), of a subquery's correlation (to the subquery) and,
+        with ``left_joins``, of a LEFT JOIN's ON (from its left side to its right)."""
+        pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
+        for key in self.keys:
+            pairs += [
+                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
+                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
+            ]
+        if left_joins:
+            pairs += [
+                ((j.left_table, j.left_column), (j.right_table, j.right_column)) for j in self.left_keys
+            ]
+        pairs += [
+            ((k.outer_view, k.outer_column), (k.view, k.column))
+            for k in self.keyed
+            if k.column is not None and k.outer_view is not None and k.outer_column is not None
+        ]
+        return pairs
+
+    def reached_by(self, view: str, column: str) -> dict[str, str]:
+        """The inputs (by view, with their column) whose rows a restriction of input ``view``'s
+        ``column`` to some values restricts too (``ties``, followed from one to the next): ``view``
+        itself and the inputs its equalities reach."""
+        reached = {view: column}
+        work = [(view, column)]
+        pairs = self.ties(left_joins=True)
+        while work:
+            at = work.pop()
+            for mine, (other, other_column) in pairs:
+                if mine == at and other not in reached:
+                    reached[other] = other_column
+                    work.append((other, other_column))
+        return reached
+
 
 @dataclass(frozen=True)
 class Aggregate:
@@ -196,6 +233,18 @@ def _describe_node(node: Node) -> list[str]:
         else ": recomputed whole"
     )
     return [*_describe(node.input), f"{node.operator}{what}"]
+
+
+def label(node: Node) -> str:
+    """A few words naming an interior node (the run message's count of its change rows)."""
+    if isinstance(node, Aggregate):
+        return f"{node.operator} by {node.output or node.key}" if node.key else node.operator
+    if isinstance(node, Union):
+        return "union all"
+    if isinstance(node, Block):
+        kinds = list(dict.fromkeys(k.operator for k in node.keyed))
+        return f"block of {len(node.inputs)} inputs" + (f" with {' and '.join(kinds)}" if kinds else "")
+    return f"scan {node.table}"
 
 
 def _key_record(key: JoinKey) -> list[str]:

@@ -48,7 +48,7 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
     for node in block.inputs:
         keyed = block.keyed_input(node.view)
         if keyed is not None and ev.delta(node) is not None:
-            term = _keyed_term(ev, block, node, keyed, current, keyed.outer_view in at_new)
+            term = _keyed_term(ev, block, node, keyed, current, at_new)
             gained.append(term[0])
             lost.append(term[1])
         current[node.view] = ev.at(node, True)
@@ -64,15 +64,7 @@ def _narrowed_for(
     """The other inputs as ``node``'s term reads them, each joined to it by a key equality (or a
     subquery's correlation) narrowed to the keys its change holds (once for both signs)."""
     tables = dict(current)
-    pairs = []
-    for key in block.keys:
-        pairs += [
-            ((key.left_table, key.left_column), (key.right_table, key.right_column)),
-            ((key.right_table, key.right_column), (key.left_table, key.left_column)),
-        ]
-    for keyed in block.keyed:
-        if keyed.column is not None and keyed.outer_view is not None and keyed.outer_column is not None:
-            pairs.append(((keyed.outer_view, keyed.outer_column), (keyed.view, keyed.column)))
+    pairs = block.ties(left_joins=False)
     inputs = {n.view: n for n in block.inputs}
     for (view, column), (other, other_column) in pairs:
         if view != node.view or other == node.view:
@@ -92,23 +84,26 @@ def _narrowed_for(
 
 
 def _keyed_term(
-    ev: Evaluation, block: Block, node: Node, keyed: Keyed, current: dict[str, DataFrame], outer_new: bool
+    ev: Evaluation, block: Block, node: Node, keyed: Keyed, current: dict[str, DataFrame], at_new: set[str]
 ) -> Signed:
     """The block's step for the keyed input ``node``: recomputed with ``node`` at new (gained) and
-    at old (lost), both restricted to the keys its change reaches (whole without a key), its outer
-    input as far as the sum has stepped (``outer_new``: at new; a FULL JOIN's other side may not be)."""
+    at old (lost), both restricted to the keys its change reaches (whole without a key): its outer
+    input and every input an equality ties to it (``Block.reached_by``) restricted, each as far as the
+    sum has stepped (``at_new``: at new; a FULL JOIN's other side may not be)."""
     if keyed.column is None or keyed.outer_view is None or keyed.outer_column is None:
         return (
             ev.sql(block.sql, {**current, node.view: ev.at(node, True)}),
             ev.sql(block.sql, {**current, node.view: ev.at(node, False)}),
         )
     keys = ev.keys(node, keyed.column)
-    outer = next(n for n in block.inputs if n.view == keyed.outer_view)
+    inputs = {n.view: n for n in block.inputs}
     tables = dict(current)
     # A NULL key matches nothing: the rows holding one are the same before and after (but for a FULL
     # JOIN's, which pad them: ``null_keys``).
     nulls = keyed.null_keys
-    tables[outer.view] = ev.restricted(outer, outer_new, keyed.outer_column, keys, nulls=nulls)
+    for view, column in block.reached_by(keyed.outer_view, keyed.outer_column).items():
+        if view != node.view:
+            tables[view] = ev.restricted(inputs[view], view in at_new, column, keys, nulls=nulls)
     new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
     old = ev.restricted(node, False, keyed.column, keys, nulls=nulls)
     return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})

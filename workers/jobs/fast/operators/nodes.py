@@ -1,9 +1,9 @@
 """Every node of the operator tree as a run sees it: its rows at the MV's watermark (``at(node,
 new=False)``) and at the pinned versions (``new=True``), lazy DataFrames of its Spark SQL over its
 inputs' rows; its change (``delta``: the rows it gains and the rows it loses, each node by its
-rule); and its rows ``restricted`` to some values of one of its columns, the restriction pushed down
-to the scans through the column's lineage (a filter Delta skips files by, or a broadcast semi-join:
-``workers.jobs.fast.join.narrowed``) so that recomputing a few keys reads only their rows.
+rule); and its rows ``restricted`` to some values of one of its columns, exactly (``restrict``), the
+restriction pushed down to the scans through the column's lineage so that recomputing a few keys
+reads and joins only their rows.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import Aggregate, Block, Node, Scan, Union
+from workers.ddl.tree.values import Aggregate, Node, Scan, Union
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
-from workers.jobs.fast.join import narrowed
 from workers.jobs.fast.operators.inner_join import block_delta
 from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta
+from workers.jobs.fast.operators.restrict import restricted_rows
 from workers.jobs.fast.operators.scan import ScanFrames
 from workers.jobs.fast.operators.union_all import union_delta
-from workers.jobs.spark.held import hold_distinct
+from workers.jobs.spark.held import hold_counted, hold_distinct
 
 _CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 _GAINED = "__mvs_gained"  # a held change row's sign (true: gained), beside the node's columns
@@ -36,6 +36,8 @@ class Evaluation:
     _at: dict[tuple[str, bool], DataFrame] = field(default_factory=dict)
     _delta: dict[str, Signed | None] = field(default_factory=dict)
     _both: dict[str, DataFrame] = field(default_factory=dict)  # held changes, both signs (``_GAINED``)
+    # Each interior node's change rows (both signs), in the order held: what the run says it touched.
+    changed_rows: list[tuple[Node, int]] = field(default_factory=list)
 
     def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame:
         self.scope.views.update(tables)
@@ -91,7 +93,9 @@ class Evaluation:
         once: a Delta scan and its file skipping, a broadcast) and held as one frame, then split."""
         # By position: both signs are the same SQL over the same inputs (its names may repeat).
         both = signed[0].withColumn(_GAINED, F.lit(True)).union(signed[1].withColumn(_GAINED, F.lit(False)))
-        held = self._both[node.view] = self.scope.in_memory(both)
+        held, rows = hold_counted(self.scope.session, both)
+        self._both[node.view] = held
+        self.changed_rows.append((node, rows))
         return held.where(F.col(_GAINED)).drop(_GAINED), held.where(~F.col(_GAINED)).drop(_GAINED)
 
     def keys(self, node: Node, column: str) -> Keys:
@@ -104,21 +108,20 @@ class Evaluation:
         return Keys(frame, count)
 
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame:
-        """``node``'s rows whose ``column`` is among ``keys`` (NULL-safe when ``nulls``), or a
-        superset of them that holds every row with such a value: read narrowed at the scans where the
-        column's lineage and the node's equalities reach."""
+        """``node``'s rows whose ``column`` is among ``keys`` (NULL-safe when ``nulls``), exactly
+        (``restrict``): read restricted at the scans where the column's lineage and the node's
+        equalities reach, so that recomputing a few keys reads and joins only their rows."""
         at = self.at(node, new)
         if isinstance(node, Scan):
-            held = self.frames.is_held(node)
-            return narrowed(at, column, keys.frame, KEY, nulls=nulls, held=held, rows=keys.rows)
+            return restricted_rows(at, column, keys, nulls=nulls, held=self.frames.is_held(node))
         if isinstance(node, Aggregate):
             if node.key is None or column != node.output:
-                return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+                return restricted_rows(at, column, keys, nulls=nulls, held=True)
             rows = self.restricted(node.input, new, node.key, keys, nulls=nulls)
             return self.sql(node.sql, {node.input.view: rows})
         if isinstance(node, Union):  # each input restricted by its column at the same position
             if column not in node.columns[0]:
-                return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+                return restricted_rows(at, column, keys, nulls=nulls, held=True)
             index = node.columns[0].index(column)
             tables = {
                 n.view: self.restricted(n, new, names[index], keys, nulls=nulls)
@@ -127,38 +130,10 @@ class Evaluation:
             return self.sql(node.sql, tables)
         origin = next(((v, c) for o, v, c in node.lineage if o == column), None)
         if origin is None:
-            return narrowed(at, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
+            return restricted_rows(at, column, keys, nulls=nulls, held=True)
         tables = {n.view: self.at(n, new) for n in node.inputs}
-        for view, reached in reached_by(node, *origin).items():
+        for view, reached in node.reached_by(*origin).items():
             found = next(n for n in node.inputs if n.view == view)
             tables[view] = self.restricted(found, new, reached, keys, nulls=nulls)
-        rows = self.sql(node.sql, tables)
-        return narrowed(rows, column, keys.frame, KEY, nulls=nulls, rows=keys.rows)
-
-
-def reached_by(block: Block, view: str, column: str) -> dict[str, str]:
-    """The inputs of ``block`` (by view, with their column) whose rows a restriction of input
-    ``view``'s ``column`` to some values restricts too, without changing the block's rows that hold
-    them: ``view`` itself, and through the equalities of the inner join (both ways), of a LEFT
-    JOIN's ON (from its left side to its right) and of a subquery's correlation (to the subquery)."""
-    reached = {view: column}
-    work = [(view, column)]
-    while work:
-        at_view, at_column = work.pop()
-        pairs = []
-        for key in block.keys:
-            pairs += [
-                ((key.left_table, key.left_column), (key.right_table, key.right_column)),
-                ((key.right_table, key.right_column), (key.left_table, key.left_column)),
-            ]
-        pairs += [((k.left_table, k.left_column), (k.right_table, k.right_column)) for k in block.left_keys]
-        pairs += [
-            ((k.outer_view, k.outer_column), (k.view, k.column))
-            for k in block.keyed
-            if k.column is not None and k.outer_view is not None and k.outer_column is not None
-        ]
-        for (v, c), (other, other_column) in pairs:
-            if (v, c) == (at_view, at_column) and other not in reached:
-                reached[other] = other_column
-                work.append((other, other_column))
-    return reached
+        rows = self.sql(node.sql, tables)  # filtered again: exact even where a scan could not be
+        return restricted_rows(rows, column, keys, nulls=nulls, held=True)

@@ -19,7 +19,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import INPUT_VIEW, TreePlan
+from workers.ddl.tree.values import INPUT_VIEW, TreePlan, label
 from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
@@ -40,7 +40,9 @@ def tree_change(
     else:
         change = _aggregate(scope, tree, ev, state)
     rules = "; ".join(tree.describe())
-    return _named(change, f"operator tree [{rules}]"), frames.shared
+    touched = ", ".join(f"{label(node)} {rows}" for node, rows in ev.changed_rows)
+    interior = f" (interior change rows: {touched})" if touched else ""
+    return _named(change, f"operator tree [{rules}]{interior}"), frames.shared
 
 
 def _named(change: apply.Change, rules: str) -> apply.Change:
