@@ -61,25 +61,25 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
 def _narrowed_for(
     ev: Evaluation, block: Block, node: Node, current: dict[str, DataFrame]
 ) -> dict[str, DataFrame]:
-    """The other inputs as ``node``'s term reads them, each joined to it by a key equality (or a
-    subquery's correlation) narrowed to the keys its change holds (once for both signs)."""
+    """The other inputs as ``node``'s term reads them, each an equality ties to one of its columns,
+    directly or through other inputs (``Block.reached_by``: a subquery correlated to an input
+    joined to it), narrowed to the keys its change holds (once for both signs)."""
     tables = dict(current)
-    pairs = block.ties(left_joins=False)
     inputs = {n.view: n for n in block.inputs}
-    for (view, column), (other, other_column) in pairs:
-        if view != node.view or other == node.view:
-            continue
-        held = ev.frames.is_held(inputs[other])
+    columns = dict.fromkeys(column for (view, column), _ in block.ties(left_joins=True) if view == node.view)
+    for column in columns:
         if isinstance(node, Scan):  # the change rows as read (both signs): no job of their own
             read = ev.frames.reads[node.table]
-            tables[other] = narrowed(
-                tables[other], other_column, read.frame, column, nulls=False, held=held, rows=read.rows
-            )
+            keys, key, rows = read.frame, column, read.rows
         else:
-            keys = ev.keys(node, column)
-            tables[other] = narrowed(
-                tables[other], other_column, keys.frame, KEY, nulls=False, held=held, rows=keys.rows
-            )
+            found = ev.keys(node, column)
+            keys, key, rows = found.frame, KEY, found.rows
+        for other, other_column in block.reached_by(node.view, column).items():
+            if other != node.view:
+                held = ev.frames.is_held(inputs[other])
+                tables[other] = narrowed(
+                    tables[other], other_column, keys, key, nulls=False, held=held, rows=rows
+                )
     return tables
 
 
