@@ -13,7 +13,8 @@ def checking_session(spark: Any) -> Any:
     """A new session on ``spark``'s context (its own temp views; the process's static conf) that
     interprets its plans and runs without adaptive execution. A test's queries and commits are tiny and
     each a new plan: generating code for every one, and a job per shuffle stage, cost more than the rows
-    (measured on the FAST property tests, see the README's test section). Results do not depend on it."""
+    (measured: the HAVING property test 242 → 225 CPU-s, the two runs side by side). Results do not
+    depend on it."""
     session = spark.newSession()
     session.conf.set(ADAPTIVE, "false")
     for key, value in INTERPRETED.items():
