@@ -55,6 +55,7 @@ class Run:
     state: str  # COMPLETED | SKIPPED | FAILED
     message: str
     spark_jobs: int | None
+    choice: str = ""  # a FORCE run's choice (FAST | COMPLETE), from its planning information
 
     @property
     def fast(self) -> bool:
@@ -71,7 +72,8 @@ def refresh(runner: SparkRunner, mv: TpchMv, run_id: str) -> Run:
     except MvsError as error:
         return Run((time.perf_counter() - started) * 1000, "FAILED", f"{error.code.name}: {error}", None)
     elapsed = (time.perf_counter() - started) * 1000
-    return Run(elapsed, result.state, result.message or "", result.spark_jobs)
+    choice = str((result.planning or {}).get("choice", ""))
+    return Run(elapsed, result.state, result.message or "", result.spark_jobs, choice)
 
 
 def rows_of(spark: Any, frame: Any) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
