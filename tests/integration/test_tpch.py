@@ -32,6 +32,7 @@ import pytest
 from bench.tpch import data
 from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
 from bench.tpch.queries import load_queries
+from tests.support.check_session import checking_session
 from tests.support.fast_checks import multiset_difference, ranked_rows, top_n_difference
 from workers import warehouse
 from workers.config import Settings
@@ -78,7 +79,7 @@ class Oracle:
 
     def __init__(self, spark: Any, settings: Settings) -> None:
         self.spark, self.settings = spark, settings
-        self.session = spark.newSession()
+        self.session = checking_session(spark)
         # Every MV of a round has the same watermark: each base version is loaded (and cached) once
         # for all the MVs that read it, instead of once per MV.
         self.views: dict[str, tuple[int, Any]] = {}
@@ -102,7 +103,7 @@ class Oracle:
             self._view(base, version)
         want_columns, want = rows_of(self.session, self.session.sql(mv.query))
         path = warehouse.table_path(self.settings, mv.name)
-        got_columns, got = rows_of(self.spark, self.spark.read.format("delta").load(path))
+        got_columns, got = rows_of(self.session, self.session.read.format("delta").load(path))
         if got_columns != want_columns:
             return f"columns {got_columns}, the query's {want_columns}"
         fast = mv.plan.fast_refresh if mv.plan is not None else None
@@ -120,14 +121,17 @@ def tpch(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outc
     folder: Path = tmp_path_factory.mktemp("tpch")
     settings = Settings(warehouse=str(folder / "warehouse"))
     started = time.perf_counter()
-    tpch_data = data.generate(spark, settings, SF, ROUNDS, folder=str(folder / "dbgen"))
+    # The test's own Spark work (loading the data, the refresh functions, the oracle) in a session of its
+    # own; the MVs' runs use the product's (``SparkRunner``).
+    loading = checking_session(spark)
+    tpch_data = data.generate(loading, settings, SF, ROUNDS, folder=str(folder / "dbgen"))
     print(f"\ndata generated and loaded in {time.perf_counter() - started:.1f} s")
     runner, oracle = SparkRunner(settings), Oracle(spark, settings)
     outcomes = {name: Outcome(create(settings, name, sql)) for name, sql in QUERIES.items()}
     for round_ in range(ROUNDS + 1):
         if round_:
-            data.rf1(spark, tpch_data, round_ - 1)
-            data.rf2(spark, tpch_data, round_ - 1)
+            data.rf1(loading, tpch_data, round_ - 1)
+            data.rf2(loading, tpch_data, round_ - 1)
         for outcome in outcomes.values():
             if outcome.mv.task is None or outcome.problems or round_ > rounds_for(outcome.mv.name):
                 continue  # refused, or failed before: its later rounds would tell nothing new

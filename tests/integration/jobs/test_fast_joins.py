@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.check_session import checking_session
 from tests.support.run_requests import run_request
 from workers import demo_tables as tables
 from workers import warehouse
@@ -88,7 +89,7 @@ def _fast(spark: Any, settings: Settings, mv: str, query: str, run: str) -> str:
     assert result.watermark_after == dict(request.pinned)
     watermark = refresh.read_watermark(spark, settings, mv)
     assert watermark is not None and watermark.watermark == dict(request.pinned)
-    oracle = spark.newSession()
+    oracle = checking_session(spark)
     for base, version in watermark.watermark.items():
         path = warehouse.table_path(settings, base)
         oracle.read.format("delta").option("versionAsOf", version).load(path).createTempView(base)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.check_session import checking_session
 from tests.support.run_requests import run_request
 from workers import demo_tables as tables
 from workers import warehouse
@@ -82,7 +83,7 @@ def _sorted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 def _assert_equal(spark: Any, settings: Settings, query: str) -> None:
     """The MV holds exactly the query's rows over the base now, in the query's columns (strict equality:
     every value here is exact, doubles included)."""
-    session = spark.newSession()
+    session = checking_session(spark)
     session.read.format("delta").load(warehouse.table_path(settings, "sales")).createTempView("sales")
     expected = session.sql(query)
     mv = spark.read.format("delta").load(warehouse.table_path(settings, "mv_s"))
