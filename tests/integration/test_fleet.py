@@ -74,8 +74,8 @@ def harness(
         fleet.coordinator("c1")  # the roles start while this process writes the base tables
         h.new_worker()
         h.new_worker()
-        create_table(h.spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
-        create_table(h.spark, settings, "orders", order_rows(0, 12), ORDERS_SCHEMA)
+        create_table(spark, settings, "big", big_rows(0, BIG_ROWS), BIG_SCHEMA)
+        create_table(spark, settings, "orders", order_rows(0, 12), ORDERS_SCHEMA)
         step("fleet: base tables created")
         _warm_up(h)
         step("fleet: both workers warm")

@@ -7,7 +7,6 @@ import sys
 import time
 from typing import Any
 
-from tests.support.check_session import checking_session
 from tests.support.cluster import wait_until
 from tests.support.processes import Fleet, Role, Tail
 from workers.client import MvsClient
@@ -59,7 +58,7 @@ class Harness:
     def __init__(self, settings: Settings, fleet: Fleet, spark: Any) -> None:
         self.settings = settings
         self.fleet = fleet
-        self.spark = checking_session(spark)  # the test's own queries and commits; the roles have theirs
+        self.spark = spark
         self.runs = Tail(settings, "runs")
         self.client = MvsClient(settings, issued_by="test-fleet")
         self._workers = 0
