@@ -10,9 +10,10 @@ Only columns whose type keeps values exact as literals are narrowed (floating po
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import date
+from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -29,11 +30,30 @@ def _ref(alias: str | None, name: str) -> Column:
     return col(alias, name) if alias else F.col(q(name))
 
 
-def among(column: Column, values: set[object], dtype: DataType) -> Column:
-    """``column IN (values)``, typed as the key column, and ``OR column IS NULL`` for a NULL value."""
-    present = [F.lit(v).cast(dtype) for v in values if v is not None]
-    found = column.isin(present) if present else F.lit(False)
-    return found | column.isNull() if None in values else found
+def among(reference: str, values: Collection[object], dtype: DataType) -> Column:
+    """``reference`` (a column as Spark SQL text, of ``dtype``: one of ``LITERAL_TYPES``) ``IN (values)``,
+    ``OR … IS NULL`` for a NULL value. One SQL expression, parsed in one call however many values: a
+    literal Column per value costs a gateway round trip each, and a run lists thousands of keys."""
+    present = [sql_literal(dtype, v) for v in values if v is not None]
+    found = F.expr(f"{reference} IN ({', '.join(present)})") if present else F.lit(False)
+    return found | F.expr(f"{reference} IS NULL") if None in values else found
+
+
+# Integer literals typed as their column (no cast on the column, which Delta's file skipping needs).
+_INTEGER_SUFFIX = {"tinyint": "Y", "smallint": "S", "int": "", "bigint": "L"}
+
+
+def sql_literal(dtype: DataType, value: object) -> str:
+    """``value`` (not None) as a Spark SQL literal of ``dtype`` (one of ``LITERAL_TYPES``), exactly."""
+    if isinstance(dtype, IntegralType):
+        return f"{int(value)}{_INTEGER_SUFFIX[dtype.simpleString()]}"  # type: ignore[call-overload]
+    if isinstance(dtype, StringType):  # backslash escapes (Spark's default string literals)
+        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(dtype, DateType):
+        assert isinstance(value, date)
+        return f"DATE'{value.isoformat()}'"
+    assert isinstance(value, Decimal) and isinstance(dtype, DecimalType)
+    return f"CAST('{value:f}' AS {dtype.simpleString()})"
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ class _Narrowed:
     def on(self, alias: str | None) -> Column:
         column = _ref(alias, self.column)
         if self.values is not None:
-            return among(column, set(self.values), self.dtype)
+            return among(f"{alias}.{q(self.column)}" if alias else q(self.column), self.values, self.dtype)
         if self.low is None:  # every key value is NULL
             return column.isNull()
         inside = column.between(F.lit(self.low).cast(self.dtype), F.lit(self.high).cast(self.dtype))
@@ -148,10 +168,10 @@ def value_spans(points: Sequence[int], most: int) -> list[tuple[int, int]]:
 
 def key_ranges(column: Column, dtype: DataType, values: Sequence[object], most: int) -> Column | None:
     """``column`` within one of at most ``most`` ranges spanning the non-NULL ``values``
-    (``value_spans``): a superset of the rows equal to a value, and a filter Delta skips data files
-    by (a table clustered by the column keeps far fewer files than the values' one min..max span,
-    e.g. inserted keys at the top of the key range and deleted ones at its bottom). None when the
-    type has no such order, or there are no values."""
+    (``value_spans``), or NULL when a value is: a superset of the rows NULL-safely equal to a value,
+    and a filter Delta skips data files by (a table clustered by the column keeps far fewer files than
+    the values' one min..max span, e.g. inserted keys at the top of the key range and deleted ones at
+    its bottom). None when the type has no such order, or there is no non-NULL value."""
     if not isinstance(dtype, RANGE_TYPES):
         return None
     dates = isinstance(dtype, DateType)
@@ -163,4 +183,5 @@ def key_ranges(column: Column, dtype: DataType, values: Sequence[object], most: 
     def value(point: int) -> Column:
         return F.lit(date.fromordinal(point) if dates else point).cast(dtype)
 
-    return reduce(lambda a, b: a | b, [column.between(value(lo), value(hi)) for lo, hi in spans])
+    within = reduce(lambda a, b: a | b, [column.between(value(lo), value(hi)) for lo, hi in spans])
+    return within | column.isNull() if None in values else within

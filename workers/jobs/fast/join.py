@@ -252,7 +252,7 @@ def narrowed(
         values = [row[0] for row in wanted.collect()]
         spans = key_ranges(F.col(q(target.name)), target.dataType, values, KEY_RANGES)
         if spans is not None:
-            return frame.where(spans | F.col(q(target.name)).isNull() if None in values else spans)
+            return frame.where(spans)
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__
     condition = same(F.col(f"k.{_KEY}"))
     return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")

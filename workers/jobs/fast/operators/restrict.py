@@ -12,15 +12,10 @@ the ranges Delta skips files by; a semi-join with them (a broadcast job) where t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import date
-from decimal import Decimal
-
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DateType, DecimalType, IntegralType, StringType
 
-from workers.jobs.delta.key_filter import key_ranges
+from workers.jobs.delta.key_filter import LITERAL_TYPES, among, key_ranges
 from workers.jobs.fast.join import KEY_FILTER_LIMIT, KEY_RANGES, narrowed
 from workers.jobs.fast.operators.keyed import KEY, Keys
 from workers.jobs.spark.columns import q
@@ -29,8 +24,6 @@ from workers.jobs.spark.held import LOCAL_ROWS
 # The most key values listed: up to it the keys are a local relation on the driver (``held``), read
 # without a job; more are matched by a semi-join.
 LISTED_LIMIT = LOCAL_ROWS
-# Key types whose values are exact as SQL literals (floating point is not).
-_LISTED = (IntegralType, StringType, DateType, DecimalType)
 
 
 def restricted_rows(frame: DataFrame, column: str, keys: Keys, *, nulls: bool, held: bool) -> DataFrame:
@@ -43,32 +36,15 @@ def restricted_rows(frame: DataFrame, column: str, keys: Keys, *, nulls: bool, h
     if not nulls:
         wanted = wanted.where(F.col(q(KEY)).isNotNull())
     dtype = target.dataType
-    if wanted.schema[KEY].dataType != dtype or keys.rows > LISTED_LIMIT or not isinstance(dtype, _LISTED):
+    if (
+        wanted.schema[KEY].dataType != dtype
+        or keys.rows > LISTED_LIMIT
+        or not isinstance(dtype, LITERAL_TYPES)
+    ):
         return narrowed(frame, column, keys.frame, KEY, nulls=nulls)  # a list, else a semi-join: exact
     values = [row[0] for row in wanted.collect()]
     if not held and len(values) > KEY_FILTER_LIMIT:  # the files no value's range reaches are skipped
         spans = key_ranges(F.col(q(target.name)), dtype, values, KEY_RANGES)
         if spans is not None:
-            frame = frame.where(spans | F.col(q(target.name)).isNull() if None in values else spans)
-    return frame.where(listed(target.name, dtype, values))
-
-
-def listed(name: str, dtype: DataType, values: Sequence[object]) -> Column:
-    """Column ``name`` (of type ``dtype``, one of ``_LISTED``) among ``values``, ``IS NULL`` for a
-    None among them: one SQL expression (Spark makes a hash set of a long list)."""
-    present = [_literal(dtype, v) for v in values if v is not None]
-    found = F.expr(f"{q(name)} IN ({', '.join(present)})") if present else F.lit(False)
-    return found | F.col(q(name)).isNull() if None in values else found
-
-
-def _literal(dtype: DataType, value: object) -> str:
-    """``value`` (not None) as a Spark SQL literal of ``dtype`` (one of ``_LISTED``)."""
-    if isinstance(dtype, IntegralType):
-        return str(int(value))  # type: ignore[call-overload]
-    if isinstance(dtype, StringType):  # backslash escapes (Spark's default string literals)
-        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(dtype, DateType):
-        assert isinstance(value, date)
-        return f"DATE'{value.isoformat()}'"
-    assert isinstance(value, Decimal)
-    return f"CAST('{value}' AS {dtype.simpleString()})"
+            frame = frame.where(spans)
+    return frame.where(among(q(target.name), values, dtype))
