@@ -32,7 +32,7 @@ import pytest
 from bench.tpch import data
 from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
 from bench.tpch.queries import load_queries
-from tests.support.check_session import checking_session
+from tests.support.check_session import BaseViews, checking_session
 from tests.support.fast_checks import multiset_difference, ranked_rows, top_n_difference
 from workers import warehouse
 from workers.config import Settings
@@ -80,27 +80,13 @@ class Oracle:
     def __init__(self, spark: Any, settings: Settings) -> None:
         self.spark, self.settings = spark, settings
         self.session = checking_session(spark)
-        # Every MV of a round has the same watermark: each base version is loaded (and cached) once
-        # for all the MVs that read it, instead of once per MV.
-        self.views: dict[str, tuple[int, Any]] = {}
-
-    def _view(self, base: str, version: int) -> None:
-        held = self.views.get(base)
-        if held is not None and held[0] == version:
-            return
-        if held is not None:
-            held[1].unpersist()
-        path = warehouse.table_path(self.settings, base)
-        frame = self.session.read.format("delta").option("versionAsOf", version).load(path).cache()
-        frame.createOrReplaceTempView(base)
-        self.views[base] = (version, frame)
+        self.views = BaseViews(self.session, settings, cache=True)
 
     def difference(self, mv: TpchMv) -> str | None:
         found = read_watermark(self.spark, self.settings, mv.name)
         if found is None:
             return "the MV has no watermark"
-        for base, version in found.watermark.items():
-            self._view(base, version)
+        self.views.show(found.watermark)
         want_columns, want = rows_of(self.session, self.session.sql(mv.query))
         path = warehouse.table_path(self.settings, mv.name)
         got_columns, got = rows_of(self.session, self.session.read.format("delta").load(path))

@@ -4,8 +4,11 @@ sessions of their own, ``workers.jobs.spark.session.run_session``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from workers import warehouse
+from workers.config import Settings
 from workers.jobs.spark.session import ADAPTIVE, INTERPRETED
 
 
@@ -21,3 +24,26 @@ def checking_session(spark: Any) -> Any:
     for key, value in INTERPRETED.items():
         session.conf.set(key, value)
     return session
+
+
+class BaseViews:
+    """Temp views in ``session`` named like the bases, each the base ``VERSION AS OF`` the version last
+    shown. A version never changes, and the MVs of a round share their watermark: each base version is
+    loaded once for all of them (``cache``: its rows kept in memory too, until another version of it)."""
+
+    def __init__(self, session: Any, settings: Settings, *, cache: bool = False) -> None:
+        self.session, self.settings, self.cache = session, settings, cache
+        self.shown: dict[str, tuple[int, Any]] = {}  # base -> (version, its frame)
+
+    def show(self, watermark: Mapping[str, int]) -> None:
+        for base, version in watermark.items():
+            held = self.shown.get(base)
+            if held is not None and held[0] == version:
+                continue
+            if held is not None and self.cache:
+                held[1].unpersist()
+            path = warehouse.table_path(self.settings, base)
+            frame = self.session.read.format("delta").option("versionAsOf", version).load(path)
+            frame = frame.cache() if self.cache else frame
+            frame.createOrReplaceTempView(base)
+            self.shown[base] = (version, frame)

@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import Phase
 
-from tests.support.check_session import checking_session
+from tests.support.check_session import BaseViews, checking_session
 from tests.support.fast_shapes import SCHEMA, VALUE_COLUMNS, Shape, prefixed_columns
 from tests.support.fast_streams import BaseModel, Commit, Insert, On, Op, Purge
 from tests.support.run_requests import run_request
@@ -138,9 +138,7 @@ class Scenario:
         # session of its own (``checking_session``); its temp views named like the bases are them at
         # a version. The product's jobs run on ``spark``.
         self.oracle = checking_session(spark)
-        # The version of each base its oracle view is: the MVs of a round share their watermark, so
-        # each base version is loaded once for all of them.
-        self.views: dict[str, int] = {}
+        self.views = BaseViews(self.oracle, settings)
         self.refreshes = 0
         self.top_n: dict[str, TopN] = {}  # the top-N MVs' inner queries (the oracle ranks their rows)
         self.log: list[str] = []  # what happened, for the failure message
@@ -253,13 +251,7 @@ class Scenario:
     def check(self, mv: str) -> None:
         """The MV holds exactly what its query returns over the bases at the MV's watermark."""
         watermark = self.watermark(mv)
-        for base, version in watermark.items():
-            if self.views.get(base) == version:  # a version never changes: its view stands
-                continue
-            path = warehouse.table_path(self.settings, base)
-            at_watermark = self.oracle.read.format("delta").option("versionAsOf", version).load(path)
-            at_watermark.createOrReplaceTempView(base)
-            self.views[base] = version
+        self.views.show(watermark)
         expected = self.oracle.sql(self.mvs[mv])
         table = self.oracle.read.format("delta").load(warehouse.table_path(self.settings, mv))
         columns = [(f.name, f.dataType.simpleString()) for f in table.schema.fields]
