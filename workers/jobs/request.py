@@ -34,7 +34,7 @@ class RunRequest:
     reflects: Mapping[str, int] = field(default_factory=dict)
     # What this MV's refreshes cost per technique as the worker learnt them before this run
     # (technique → fixed ms, ms per row): written beside the watermark, for the MV's next owner.
-    costs: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    costs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pinned", MappingProxyType(dict(self.pinned)))
@@ -50,7 +50,7 @@ class RunRequest:
         job_group: str,
         pinned: Mapping[str, int],
         reflects: Mapping[str, int] | None = None,
-        costs: Mapping[str, tuple[float, float]] | None = None,
+        costs: Mapping[str, tuple[float, ...]] | None = None,
     ) -> RunRequest:
         """The request of a refresh of MV ``task`` (a TaskRecord whose ``mv.plan`` is set: see
         ``with_plan``) reading the base tables at ``pinned`` (reflecting the base tables at

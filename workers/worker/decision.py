@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from workers.catalog.specs import REFRESH_MODES
+from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import RunRequest
 from workers.jobs.delta.sizes import ChangeSize
-from workers.worker.planning import COMPLETE, CostModel, Planning, plan_run
+from workers.worker.planning import COMPLETE, CostModel, Planning, PlanShape, plan_run
 
 NO_CHANGE = "skipped: no change"
 
@@ -58,6 +59,7 @@ def decide(
     fast_blocker: Callable[[], str | None],
     size: Callable[[], ChangeSize | None] = lambda: None,
     model: CostModel | None = None,
+    after_complete: bool = False,
 ) -> Decision:
     """What the run of ``request`` does, given the watermark the MV table records (``reflected``).
 
@@ -66,7 +68,7 @@ def decide(
     then) finds nothing against it; otherwise it recomputes, saying why (an MV behind the retained
     change data is refreshed completely: design). FORCE, where FAST could run, takes the cheaper by
     ``model``'s estimates over ``size`` (the run's change and table sizes, read from the Delta logs;
-    None: unknown, then FAST while it can).
+    None: unknown, then FAST while it can); ``after_complete``: the MV's last run recomputed it.
     """
     if request.mode not in REFRESH_MODES:
         raise ValueError(f"unknown refresh mode {request.mode!r}")
@@ -80,10 +82,18 @@ def decide(
             blocker = f"complete: fast refresh is not possible: {request.plan.fast_reason}"
         else:
             blocker = fast_blocker()
-    planning = plan_run(request.mode, blocker, size(), model or CostModel())
+    shape = plan_shape(plan) if plan is not None else None
+    planning = plan_run(request.mode, blocker, size(), model or CostModel(), shape, after_complete)
     if planning.choice == COMPLETE or plan is None:
         return Decision.complete(planning.reason, planning)
     since = (reflected or {}).get(plan.base_table)
     until = request.pinned.get(plan.base_table)
     reason = f"fast: changes of {plan.base_table} after v{since} up to v{until}"
     return Decision(DecisionKind.INCREMENTAL, reason, planning)
+
+
+def plan_shape(plan: FastRefreshPlan) -> PlanShape:
+    """What FAST's cost prior reads of a plan: its kind and scans (a top-N's inner plan's)."""
+    inner = plan.top_n.inner if plan.top_n is not None else plan
+    scans = tuple(t.table for t in inner.tables) or (inner.base_table,)
+    return PlanShape(inner.kind, scans, plan.top_n is not None)

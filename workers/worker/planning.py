@@ -1,113 +1,60 @@
 """FORCE's choice by cost, and the planning information every refresh run records. Pure.
 
-Each technique costs a fixed part plus a part per row it handles: FAST the change rows of its range,
-COMPLETE the rows it reads and writes (the bases' and the MV's). The figures start from rough priors
-and are learnt per MV from its runs' outcomes
-(``CostModel.learned``: an exponentially weighted average, of the fixed part from runs where it
-dominates, of the per-row part from the others). ``plan_run`` takes every input as a value (the
-sizes from the Delta logs: ``workers.jobs.delta.sizes``), so it is tested without Spark.
+The costs come from ``workers.worker.costs`` (priors from the plan and the sizes, learnt per MV
+from its runs' outcomes); ``plan_run`` takes every input as a value (the sizes from the Delta logs:
+``workers.jobs.delta.sizes``), so it is tested without Spark.
 
 FORCE takes the cheaper estimate; a bulk change (at least ``BULK_SHARE`` of the bases' rows) is
-recomputed whatever the estimates say. FAST and COMPLETE keep their meaning: the planning
-information then says what the other would have cost.
+recomputed whatever the estimates say. The first FAST run after a complete one rebuilds the MV's
+helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
+runs when choosing (the steady runs after it pay it back). FAST never measured for the MV is tried
+once when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
+left at once, a wrong COMPLETE would never be (COMPLETE is measured by the first build). FAST and
+COMPLETE keep their meaning: the planning information then says what the other would have cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from workers.jobs.delta.sizes import ChangeSize, TableSize
 from workers.records import Record
+from workers.worker.costs import (
+    COMPLETE,
+    FAST,
+    LEARNING_WEIGHT,
+    REBUILD,
+    CostModel,
+    PlanShape,
+    TechniqueCost,
+    rows_handled,
+)
 
-FAST, COMPLETE = "FAST", "COMPLETE"
+__all__ = [
+    "BULK_SHARE",
+    "COMPLETE",
+    "FAST",
+    "LEARNING_WEIGHT",
+    "PROBE_FACTOR",
+    "REBUILD_PAYBACK_RUNS",
+    "Candidate",
+    "CostModel",
+    "PlanShape",
+    "Planning",
+    "TechniqueCost",
+    "plan_run",
+    "rows_handled",
+]
+
 # A change of at least this share of the bases' rows is a bulk load: recomputing wins.
 BULK_SHARE = 0.5
-# Weight of the newest outcome in a learnt cost.
-LEARNING_WEIGHT = 0.3
-# Priors, rough and not yet calibrated (each MV's own runs correct them): a FAST run's fixed cost is
-# its Spark jobs and Delta commits, then per change row it reads, matches and merges; a complete run
-# reads every base row and writes every MV row.
-FAST_FIXED_MS, FAST_MS_PER_ROW = 1200.0, 0.02
-COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW = 1000.0, 0.002
-
-
-@dataclass(frozen=True)
-class TechniqueCost:
-    fixed_ms: float
-    ms_per_row: float
-
-    def estimate_ms(self, rows: int) -> float:
-        return self.fixed_ms + self.ms_per_row * rows
-
-    def learned(self, rows: int, took_ms: float) -> TechniqueCost:
-        """This cost after a run of ``rows`` that took ``took_ms``: the part that dominated the
-        estimate moves towards what the outcome says of it."""
-        by_rows = self.ms_per_row * rows
-        if by_rows < self.fixed_ms:
-            fixed = max(took_ms - by_rows, 0.0)
-            return replace(self, fixed_ms=_weighted(self.fixed_ms, fixed))
-        per_row = max(took_ms - self.fixed_ms, 0.0) / rows
-        return replace(self, ms_per_row=_weighted(self.ms_per_row, per_row))
-
-
-def _weighted(old: float, new: float) -> float:
-    return (1 - LEARNING_WEIGHT) * old + LEARNING_WEIGHT * new
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """One MV's costs per technique (priors until its runs teach it)."""
-
-    fast: TechniqueCost = field(default_factory=lambda: TechniqueCost(FAST_FIXED_MS, FAST_MS_PER_ROW))
-    complete: TechniqueCost = field(
-        default_factory=lambda: TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
-    )
-
-    def record(self) -> dict[str, tuple[float, float]]:
-        """Technique → (fixed ms, ms per row): what an MV commit keeps for the MV's next owner."""
-        return {
-            FAST: (self.fast.fixed_ms, self.fast.ms_per_row),
-            COMPLETE: (self.complete.fixed_ms, self.complete.ms_per_row),
-        }
-
-    def restored(self, costs: Mapping[str, tuple[float, float]]) -> CostModel:
-        """This model with the techniques ``costs`` (``record``'s form, from an MV commit) names."""
-        fast, complete = costs.get(FAST), costs.get(COMPLETE)
-        return replace(
-            self,
-            fast=self.fast if fast is None else TechniqueCost(*fast),
-            complete=self.complete if complete is None else TechniqueCost(*complete),
-        )
-
-    def estimate_ms(self, technique: str, size: ChangeSize | None) -> float | None:
-        rows = rows_handled(technique, size)
-        if rows is None:
-            return None
-        return (self.fast if technique == FAST else self.complete).estimate_ms(rows)
-
-    def learned(self, technique: str, size: ChangeSize | None, took_ms: float) -> CostModel:
-        """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
-        when the run's rows are unknown."""
-        rows = rows_handled(technique, size)
-        if rows is None:
-            return self
-        if technique == FAST:
-            return replace(self, fast=self.fast.learned(rows, took_ms))
-        return replace(self, complete=self.complete.learned(rows, took_ms))
-
-
-def rows_handled(technique: str, size: ChangeSize | None) -> int | None:
-    """The rows a technique's cost grows with: FAST the change rows, COMPLETE the bases' rows read
-    and the MV's written (its rows before: the result's size is not known ahead)."""
-    if size is None:
-        return None
-    if technique == FAST:
-        return size.change_rows
-    if size.base.rows is None:
-        return None
-    mv_rows = size.mv.rows if size.mv is not None and size.mv.rows is not None else 0
-    return size.base.rows + mv_rows
+# A state rebuild is counted over this many runs: at TPC-H SF 1 q01's rebuild (~1.8 complete runs)
+# was paid back by its steady FAST runs (0.23x COMPLETE) within 2.3 runs.
+REBUILD_PAYBACK_RUNS = 3
+# FAST never measured is tried when its estimate is at most this many times COMPLETE's: the priors
+# were off by up to ~1.5x on the shapes measured (TPC-H SF 1 q06, q19: estimated 1.05-1.08x COMPLETE
+# where FAST took 0.54-0.72x of it).
+PROBE_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -151,11 +98,21 @@ class Planning:
         }
 
 
-def plan_run(mode: str, fast_blocker: str | None, size: ChangeSize | None, model: CostModel) -> Planning:
+def plan_run(
+    mode: str,
+    fast_blocker: str | None,
+    size: ChangeSize | None,
+    model: CostModel,
+    shape: PlanShape | None = None,
+    after_complete: bool = False,
+) -> Planning:
     """The technique of a run in refresh ``mode`` (COMPLETE | FAST | FORCE). ``fast_blocker``: why
-    FAST cannot run now ("complete: first build", …), None when it can. FAST stays strict: it
-    recomputes only where it cannot be exact."""
-    fast_ms, complete_ms = model.estimate_ms(FAST, size), model.estimate_ms(COMPLETE, size)
+    FAST cannot run now ("complete: first build", …), None when it can. ``shape``: the FAST plan's
+    (its prior); ``after_complete``: the MV's last run recomputed it (a FAST run rebuilds its helper
+    state). FAST stays strict: it recomputes only where it cannot be exact."""
+    steady_ms, complete_ms = model.estimate_ms(FAST, size, shape), model.estimate_ms(COMPLETE, size)
+    rebuild_ms = model.estimate_ms(REBUILD, size) if after_complete else 0.0
+    fast_ms = None if steady_ms is None or rebuild_ms is None else steady_ms + rebuild_ms
     complete = Candidate(COMPLETE, complete_ms, True)
 
     def planned(choice: str, reason: str, fast_note: str = "") -> Planning:
@@ -171,10 +128,16 @@ def plan_run(mode: str, fast_blocker: str | None, size: ChangeSize | None, model
     share = size.change_share if size is not None else None
     if share is not None and share >= BULK_SHARE:
         return planned(COMPLETE, f"complete: bulk change: {_change_text(size)}")
-    if fast_ms is None or complete_ms is None:
+    if fast_ms is None or steady_ms is None or rebuild_ms is None or complete_ms is None:
         return planned(FAST, "fast: cost: sizes unknown, FAST while it can")
-    versus = f"FAST est. {_duration(fast_ms)} vs COMPLETE est. {_duration(complete_ms)}"
-    if complete_ms < fast_ms:
+    counted_ms = steady_ms + rebuild_ms / REBUILD_PAYBACK_RUNS
+    versus = f"FAST est. {_duration(fast_ms)}"
+    if rebuild_ms:
+        versus += f" ({_duration(rebuild_ms)} of it a state rebuild, over {REBUILD_PAYBACK_RUNS} runs)"
+    versus += f" vs COMPLETE est. {_duration(complete_ms)}"
+    if complete_ms < counted_ms:
+        if model.fast is None and counted_ms <= PROBE_FACTOR * complete_ms:
+            return planned(FAST, f"fast: probe: FAST not yet measured for this MV; {versus}")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
 

@@ -25,8 +25,8 @@ from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
-from workers.worker.decision import Decision, DecisionKind, decide
-from workers.worker.planning import COMPLETE, FAST, CostModel
+from workers.worker.decision import Decision, DecisionKind, decide, plan_shape
+from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
     from workers.jobs import RefreshResult
@@ -78,6 +78,8 @@ class SparkRunner:
         self._live: set[str] = set()  # job groups of runs now inside refresh/purge
         # Each MV's refresh costs as its runs on this worker taught them (``planning.CostModel``).
         self._costs: dict[str, CostModel] = {}
+        # Each MV's last technique run here: a FAST run after a COMPLETE one rebuilds helper state.
+        self._last_ran: dict[str, str] = {}
 
     @property
     def spark(self) -> Any:
@@ -161,6 +163,7 @@ class SparkRunner:
                 costs=self.cost_model(task["task_id"]).record(),
             )
             mv_version = latest_version(self.settings, request.mv_name)
+            after_complete = self._last_ran.get(request.task_id) == COMPLETE
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
             def size() -> ChangeSize | None:
@@ -173,6 +176,7 @@ class SparkRunner:
                 lambda: fast_refresh_blocker(self.spark, self.settings, request),
                 size,
                 self.cost_model(request.task_id),
+                after_complete,
             )
             if decision.kind is DecisionKind.SKIP:
                 return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason, 0)
@@ -181,7 +185,9 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            self._learn(request.task_id, ran, size_read, took_ms)
+            fast_plan = request.plan.fast_refresh
+            shape = plan_shape(fast_plan) if fast_plan is not None else None
+            self._learn(request.task_id, ran, size_read, took_ms, shape, after_complete)
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
@@ -229,7 +235,7 @@ class SparkRunner:
         with self._lock:
             return self._costs.get(task_id) or self._priors
 
-    def _restore_costs(self, task_id: str, costs: Mapping[str, tuple[float, float]]) -> None:
+    def _restore_costs(self, task_id: str, costs: Mapping[str, tuple[float, ...]]) -> None:
         """Go on from the costs the MV's last commit kept (its previous owner's, or this worker's
         before a restart) when this worker has not learnt its own yet."""
         if not self._learns:
@@ -238,12 +244,23 @@ class SparkRunner:
             if task_id not in self._costs:
                 self._costs[task_id] = self._priors.restored(costs)
 
-    def _learn(self, task_id: str, technique: str, size: ChangeSize | None, took_ms: float) -> None:
-        if not self._learns:
-            return
+    def _learn(
+        self,
+        task_id: str,
+        technique: str,
+        size: ChangeSize | None,
+        took_ms: float,
+        shape: PlanShape | None,
+        after_complete: bool,
+    ) -> None:
         with self._lock:
+            self._last_ran[task_id] = technique
+            if not self._learns:
+                return
             model = self._costs.get(task_id) or self._priors
-            self._costs[task_id] = model.learned(technique, size, took_ms)
+            self._costs[task_id] = model.learned(
+                technique, size, took_ms, shape, after_complete and technique == FAST
+            )
 
     def _change_size(
         self, request: RunRequest, reflected: Mapping[str, int] | None, mv_version: int | None

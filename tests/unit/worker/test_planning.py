@@ -4,6 +4,7 @@ and the change sizes read from Delta commit actions (``workers.jobs.delta.sizes`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,14 +12,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workers.config import Settings
+from workers.ddl import analyze_query
 from workers.jobs.delta.metadata import decode_user_metadata, encode_user_metadata
 from workers.jobs.delta.sizes import (
+    BaseChange,
     ChangeSize,
     TableSize,
     commit_change,
     no_change_rows,
     rows_inserted_deleted,
 )
+from workers.worker.costs import (
+    FAST_FIXED_MS,
+    FAST_MS_PER_SCAN,
+    FAST_TOP_N_MS,
+    FAST_TREE_MS,
+    PlanShape,
+    joined_rows,
+)
+from workers.worker.decision import plan_shape
 from workers.worker.planning import (
     BULK_SHARE,
     COMPLETE,
@@ -129,26 +141,110 @@ def test_force_never_picks_the_dearer_and_once_complete_stays_complete_for_bigge
 
 
 def test_the_model_learns_the_part_that_dominated_from_outcomes() -> None:
+    """The first outcome of a technique replaces its prior; later ones weigh 1/2, 1/3, then 0.3."""
     model = CostModel(fast=TechniqueCost(1000.0, 0.01), complete=TechniqueCost(1000.0, 0.001))
     tiny = size(10, 1000)
     slow_start = model.learned(FAST, tiny, took_ms=3000.0)
-    assert slow_start.fast.fixed_ms == pytest.approx(0.7 * 1000 + 0.3 * (3000 - 0.1))
-    assert slow_start.fast.ms_per_row == 0.01 and slow_start.complete == model.complete
+    assert slow_start.fast == TechniqueCost(3000.0 - 0.1, 0.01, 1)
+    assert slow_start.complete == model.complete
+    again = slow_start.learned(FAST, tiny, took_ms=1000.0)
+    assert again.fast is not None and again.fast.fixed_ms == pytest.approx((2999.9 + 999.9) / 2)
+    settled = CostModel(fast=TechniqueCost(1000.0, 0.01, runs=5))
     big = size(1_000_000, 2_000_000)
-    slow_rows = model.learned(FAST, big, took_ms=1000.0 + 0.05 * 1_000_000)
-    assert slow_rows.fast.ms_per_row == pytest.approx(0.7 * 0.01 + 0.3 * 0.05)
+    slow_rows = settled.learned(FAST, big, took_ms=1000.0 + 0.05 * 1_000_000)
+    assert slow_rows.fast == TechniqueCost(1000.0, pytest.approx(0.7 * 0.01 + 0.3 * 0.05), 6)
     whole = ChangeSize(5, None, TableSize(10**7, 1, 1), TableSize(10**6, 1, 1))
     recompute = model.learned(COMPLETE, whole, 5000.0)
-    assert recompute.complete.ms_per_row == pytest.approx(0.7 * 0.001 + 0.3 * 4000 / 11_000_000)
+    assert recompute.complete == TechniqueCost(1000.0, pytest.approx(4000 / 11_000_000), 1)
     assert model.learned(FAST, None, 99.0) == model  # rows unknown: nothing learnt
+    nothing_changed = CostModel(fast=TechniqueCost(0.0, 1.0)).learned(FAST, size(0, 10), 50.0)
+    assert nothing_changed.fast == TechniqueCost(50.0, 1.0, 1)  # no row: the fixed part, no 0/0
 
 
 def test_learning_flips_force_after_fast_turned_out_slow() -> None:
     model, change = MODEL, size(50_000, 1_000_000)
     assert plan_run("FORCE", None, change, model).choice == FAST
-    for _ in range(6):
-        model = model.learned(FAST, change, took_ms=20_000.0)
+    model = model.learned(FAST, change, took_ms=20_000.0)  # one outcome is enough
     assert plan_run("FORCE", None, change, model).choice == COMPLETE
+
+
+# -- the priors and the state rebuild ----------------------------------------------------------------
+def _bases(**tables: tuple[int, int]) -> ChangeSize:
+    """A run over ``tables`` (name=(rows, change rows)), the MV empty."""
+    bases = tuple(BaseChange(name, rows, changed) for name, (rows, changed) in tables.items())
+    change = sum(b.change_rows or 0 for b in bases)
+    return ChangeSize(
+        change, None, TableSize(sum(b.rows or 0 for b in bases), 1, 1), TableSize(0, 1, 1), bases
+    )
+
+
+def test_fasts_prior_grows_with_the_plan_and_the_bases_its_change_meets() -> None:
+    machine = CostModel(complete=TechniqueCost(500.0, 0.001, runs=1))  # learnt from the first build
+    one = PlanShape("aggregate", ("sales",))
+    assert machine.estimate_ms(FAST, size(100, 10**6), one) == pytest.approx(FAST_FIXED_MS + 100 * 0.02)
+    # A join whose change is on the big side only reads the small side; when both change, both.
+    join = PlanShape("join_aggregate", ("lineitem", "part"))
+    only_big = _bases(lineitem=(6_000_000, 100), part=(200_000, 0))
+    assert joined_rows(join.scans, only_big) == 200_000
+    assert joined_rows(join.scans, _bases(lineitem=(6_000_000, 100), part=(200_000, 5))) == 6_200_000
+    assert joined_rows(("lineitem", "lineitem"), _bases(lineitem=(6_000_000, 100))) == 6_000_000  # self-join
+    assert joined_rows(join.scans, size(100, 10)) == 0  # per-base sizes unknown: nothing assumed
+    joined = machine.estimate_ms(FAST, only_big, join)
+    assert joined == pytest.approx(FAST_FIXED_MS + FAST_MS_PER_SCAN + 0.3 * 0.001 * 200_000 + 100 * 0.02)
+    tree = machine.estimate_ms(FAST, only_big, PlanShape("tree", join.scans, top_n=True))
+    assert tree == pytest.approx(joined + FAST_TREE_MS + FAST_TOP_N_MS + 0.2 * 0.001 * 200_000)
+    # Once FAST is measured, the MV's own figure, not the plan's prior.
+    measured = replace(machine, fast=TechniqueCost(300.0, 0.0, 1))
+    assert measured.estimate_ms(FAST, only_big, join) == 300.0
+
+
+def test_a_fast_run_after_a_complete_one_counts_its_state_rebuild() -> None:
+    """The rebuild is in FAST's estimate of the run and, spread over REBUILD_PAYBACK_RUNS runs, in
+    the choice: FAST's steady runs pay it back."""
+    model = CostModel(
+        fast=TechniqueCost(1000.0, 0.0, 2),
+        complete=TechniqueCost(0.0, 0.001, 1),
+        rebuild=TechniqueCost(0.0, 0.002, 1),
+    )
+    change = size(10, 3_000_000)  # COMPLETE est. 3.0 s, a rebuild 6.0 s
+    steady = plan_run("FORCE", None, change, model)
+    assert (steady.choice, steady.candidates[0].estimated_ms) == (FAST, 1000.0)
+    after = plan_run("FORCE", None, change, model, after_complete=True)
+    assert after.choice == FAST and after.candidates[0].estimated_ms == 7000.0  # 1 + 6/3 < 3
+    assert after.reason.endswith(
+        "FAST est. 7.0 s (6.0 s of it a state rebuild, over 3 runs) vs COMPLETE est. 3.0 s"
+    )
+    dear = replace(model, rebuild=TechniqueCost(0.0, 0.01, 1))  # 1 + 30/3 > 3
+    assert plan_run("FORCE", None, change, dear, after_complete=True).choice == COMPLETE
+
+
+def test_a_rebuild_run_teaches_the_rebuild_not_the_steady_cost() -> None:
+    change = size(10, 1_000_000)
+    known = CostModel(fast=TechniqueCost(500.0, 0.0, 3), complete=TechniqueCost(0.0, 0.001, 1))
+    taught = known.learned(FAST, change, 2500.0, after_complete=True)
+    assert taught.fast == known.fast
+    assert taught.rebuild == TechniqueCost(0.0, pytest.approx(2000.0 / 1_000_000), 1)
+    # FAST not measured yet: the outcome is shared in the proportion of the two estimates.
+    fresh = CostModel(fast=None, complete=TechniqueCost(0.0, 0.001, 1))
+    first = fresh.learned(FAST, change, 3600.0, PlanShape("aggregate", ("t",)), after_complete=True)
+    assert first.fast is not None and first.rebuild is not None
+    steady_prior, rebuild_prior = FAST_FIXED_MS + 10 * 0.02, 1000.0
+    scale = 3600.0 / (steady_prior + rebuild_prior)
+    assert first.fast.estimate_ms(10) == pytest.approx(steady_prior * scale)
+    assert first.rebuild.estimate_ms(1_000_000) == pytest.approx(rebuild_prior * scale)
+
+
+def test_fast_never_measured_is_probed_once_when_near_complete() -> None:
+    """FORCE tries FAST once where its prior is within PROBE_FACTOR of COMPLETE: a wrong FAST is
+    learnt from at once, a wrong COMPLETE would never be (FAST is measured only by running it)."""
+    near = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE 1.0 s; FAST's prior 0.8 s + rows
+    change = size(20_000, 1_000_000)  # FAST est. 1.2 s: dearer, but within 1.5x
+    probe = plan_run("FORCE", None, change, near, PlanShape("projection", ("t",)))
+    assert probe.choice == FAST and probe.reason.startswith("fast: probe: FAST not yet measured")
+    far = plan_run("FORCE", None, size(40_000, 1_000_000), near, PlanShape("projection", ("t",)))
+    assert far.choice == COMPLETE  # 1.6 s: past the factor
+    measured = replace(near, fast=TechniqueCost(FAST_FIXED_MS, 0.02, 1))
+    assert plan_run("FORCE", None, change, measured, PlanShape("projection", ("t",))).choice == COMPLETE
 
 
 # -- sizes from the Delta log's actions --------------------------------------------------------------
@@ -215,21 +311,52 @@ def test_rows_inserted_and_deleted_of_an_mv_commit() -> None:
 
 
 def test_a_model_kept_in_an_mv_commit_is_restored_whole() -> None:
-    taught = CostModel(fast=TechniqueCost(800.0, 0.5), complete=TechniqueCost(300.0, 0.01))
+    taught = CostModel(
+        fast=TechniqueCost(800.0, 0.5, 2),
+        complete=TechniqueCost(300.0, 0.01, 1),
+        rebuild=TechniqueCost(0.0, 0.3, 1),
+    )
     assert CostModel().restored(taught.record()) == taught
     assert CostModel().restored({}) == CostModel()  # an older commit keeps none: the priors
+    assert CostModel().record() == {}  # nothing learnt: nothing kept
+    # A commit of before session 23: pairs, counted as one outcome; the old priors as none.
+    old = {FAST: (800.0, 0.5), COMPLETE: (1000.0, 0.002)}
+    assert CostModel().restored(old) == CostModel(fast=TechniqueCost(800.0, 0.5, 1))
 
 
 def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> None:
     """A commit's costs decode as written; a foreign or damaged ``costs`` value never costs the
     watermark beside it (costs only inform the choice)."""
-    taught = CostModel(fast=TechniqueCost(800.0, 0.5), complete=TechniqueCost(300.0, 0.01))
+    taught = CostModel(fast=TechniqueCost(800.0, 0.5, 3), complete=TechniqueCost(300.0, 0.01, 1))
     text = encode_user_metadata("mv:a", 3, "run-1", {"sales": 7}, costs=taught.record())
     decoded = decode_user_metadata(text, delta_version=4)
     assert decoded is not None and decoded.costs == taught.record()
     assert decode_user_metadata(encode_user_metadata("mv:a", 3, "run-1", {"sales": 7})).costs == {}  # type: ignore[union-attr]
+    older = decode_user_metadata(encode_user_metadata("mv:a", 3, "r", {"sales": 7}, costs={FAST: (8.0, 0.5)}))
+    assert older is not None and older.costs == {FAST: (8.0, 0.5)}  # a pair still reads
     body = json.loads(text)
-    for damaged in ({"FAST": [1.0]}, {"FAST": [-1, 2]}, {"FAST": ["x", 1]}, [1, 2], {"FAST": [True, 1]}):
+    for damaged in (
+        {"FAST": [1.0]},
+        {"FAST": [1, 2, 3, 4]},
+        {"FAST": [-1, 2]},
+        {"FAST": ["x", 1]},
+        [1, 2],
+        {"FAST": [True, 1]},
+    ):
         body["mvs"]["costs"] = damaged
         found = decode_user_metadata(json.dumps(body))
         assert found is not None and found.watermark == {"sales": 7} and found.costs == {}
+
+
+def test_the_plan_shape_is_read_from_the_coordinators_analysis() -> None:
+    def shape(query: str) -> PlanShape:
+        fast = analyze_query(query).plan.fast_refresh
+        assert fast is not None, query
+        return plan_shape(fast)
+
+    assert shape("SELECT id, amount FROM sales WHERE amount > 9") == PlanShape("projection", ("sales",))
+    top = shape(
+        "SELECT s.customer, sum(s.amount) AS total, count(*) AS n FROM sales s JOIN customers c "
+        "ON s.customer = c.id GROUP BY s.customer ORDER BY total DESC LIMIT 5"
+    )
+    assert (top.scans, top.top_n) == (("sales", "customers"), True)

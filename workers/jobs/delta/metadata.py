@@ -70,7 +70,7 @@ class MvWatermark:
     # What the MV's refreshes cost per technique as its owner had learnt them before this run
     # (``workers.worker.planning.CostModel.record``): a new owner goes on from there. Older commits
     # and foreign values: none.
-    costs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    costs: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def txn_version(epoch: int, watermark: Mapping[str, int]) -> int:
@@ -87,7 +87,7 @@ def encode_user_metadata(
     run_id: str,
     watermark: Mapping[str, int],
     reflects: Mapping[str, int] | None = None,
-    costs: Mapping[str, tuple[float, float]] | None = None,
+    costs: Mapping[str, tuple[float, ...]] | None = None,
     layout: str | None = None,
 ) -> str:
     """``layout``: what a helper table's rows mean (a top-N MV's rows table: its query), checked with
@@ -130,21 +130,22 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
         return None
 
 
-def _costs(value: object) -> dict[str, tuple[float, float]]:
-    """The ``costs`` of a commit's metadata: technique → (fixed ms, ms per row), each finite and not
-    negative; anything else (a foreign or damaged value) is ignored as a whole: costs only inform."""
+def _costs(value: object) -> dict[str, tuple[float, ...]]:
+    """The ``costs`` of a commit's metadata: technique → (fixed ms, ms per row[, runs learnt from]),
+    each finite and not negative (older commits: the pair alone); anything else (a foreign or
+    damaged value) is ignored as a whole: costs only inform."""
     if not isinstance(value, dict):
         return {}
-    costs: dict[str, tuple[float, float]] = {}
+    costs: dict[str, tuple[float, ...]] = {}
     for technique, cost in value.items():
-        if not (isinstance(cost, list) and len(cost) == 2):
+        if not (isinstance(cost, list) and len(cost) in (2, 3)):
             return {}
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in cost):
             return {}
-        fixed, per_row = float(cost[0]), float(cost[1])
-        if not (0 <= fixed < math.inf and 0 <= per_row < math.inf):
+        numbers = tuple(float(v) for v in cost)
+        if not all(0 <= v < math.inf for v in numbers):
             return {}
-        costs[str(technique)] = (fixed, per_row)
+        costs[str(technique)] = numbers
     return costs
 
 

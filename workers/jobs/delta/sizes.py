@@ -30,6 +30,15 @@ class TableSize:
 
 
 @dataclass(frozen=True)
+class BaseChange:
+    """One base of a run: its rows at the pinned version and its change rows in the range."""
+
+    name: str
+    rows: int | None
+    change_rows: int | None
+
+
+@dataclass(frozen=True)
 class ChangeSize:
     """A run's work as the logs tell it. ``change_rows`` None: no range (first build) or unreadable."""
 
@@ -37,6 +46,7 @@ class ChangeSize:
     change_bytes: int | None
     base: TableSize  # every base at its pinned version, summed
     mv: TableSize | None  # the MV table at its current version, None before the first build
+    bases: tuple[BaseChange, ...] = ()  # each base alone (FAST's prior: the bases a change meets)
 
     @property
     def change_share(self) -> float | None:
@@ -81,6 +91,7 @@ def change_size(
     change_bytes: int | None = 0
     rows: int | None = 0
     size = files = 0
+    bases: list[BaseChange] = []
     for base, (since, until) in ranges.items():
         at = table_size(settings, base, until)
         rows = None if rows is None or at.rows is None else rows + at.rows
@@ -88,8 +99,9 @@ def change_size(
         changed = None if since is None else _changes(settings, base, since, until)
         change_rows = None if change_rows is None or changed is None else change_rows + changed[0]
         change_bytes = None if change_bytes is None or changed is None else change_bytes + changed[1]
+        bases.append(BaseChange(base, at.rows, None if changed is None else changed[0]))
     mv = None if mv_version is None else table_size(settings, mv_name, mv_version)
-    return ChangeSize(change_rows, change_bytes, TableSize(rows, size, files), mv)
+    return ChangeSize(change_rows, change_bytes, TableSize(rows, size, files), mv, tuple(bases))
 
 
 def _changes(settings: Settings, base: str, since: int, until: int) -> tuple[int, int] | None:

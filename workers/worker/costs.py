@@ -1,0 +1,218 @@
+"""What an MV's refreshes cost per technique: priors from the plan and the sizes, learnt from runs. Pure.
+
+Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``):
+- FAST, a steady incremental run: per change row of its range; its prior grows with the plan (scans,
+  operator tree, top-N: their Spark jobs) and, where the change is joined with other bases, with the
+  rows of those bases it reads (``fast_prior``);
+- COMPLETE, a recomputation: per row it reads and writes (the bases' and the MV's);
+- REBUILD, what the first FAST run after a complete one pays on top of a steady run: its helper
+  state (join aggregates, trees, top-N) is rebuilt from the bases, about a complete read (a complete
+  run does not keep that state). Per row of the complete run; an MV that keeps no state learns ~0.
+
+A cost not yet learnt is None and its prior is used. Learning (``CostModel.learned``): an average
+weighted by ``max(1 / (runs + 1), LEARNING_WEIGHT)``, so the first outcome replaces the prior (an
+uncalibrated prior is worth no more than one measurement) and later ones move it by at least 30 %.
+Calibration (SF 1 TPC-H baseline of session 23 and ``bench.fast_vs_complete`` at 1M rows, this
+2-core machine): a complete run reads ~0.5 µs a row; a steady FAST run costs ~0.8 s on one base,
+~0.6 s more per further scan, ~3 s more for an operator tree and ~2 s for a top-N; its first run
+after a complete one 1-2.5 complete runs more where it keeps state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from workers.jobs.delta.sizes import ChangeSize
+
+FAST, COMPLETE, REBUILD = "FAST", "COMPLETE", "REBUILD"
+# Weight of the newest outcome in a learnt cost once it has a few (the first ones weigh more).
+LEARNING_WEIGHT = 0.3
+# Priors (module docstring: calibration). COMPLETE: per row read or written.
+COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW = 500.0, 0.0005
+# FAST: fixed per run, per further scan, for an operator tree, for a top-N; per change row.
+FAST_FIXED_MS, FAST_MS_PER_SCAN, FAST_TREE_MS, FAST_TOP_N_MS = 800.0, 600.0, 3000.0, 2000.0
+FAST_MS_PER_ROW = 0.02
+# Share of a complete read a FAST run pays for each base row it joins the change with (narrowed
+# reads, no write): an operator tree reads more of them (keyed recomputes of its blocks).
+FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.3, 0.5
+# REBUILD's prior: a complete read of the rows COMPLETE handles.
+REBUILD_PRIOR_SHARE = 1.0
+# The priors before session 23, which commits of then kept as if learnt: read back as not learnt.
+_OLD_PRIORS = {FAST: (1200.0, 0.02), COMPLETE: (1000.0, 0.002)}
+
+
+@dataclass(frozen=True)
+class TechniqueCost:
+    fixed_ms: float
+    ms_per_row: float
+    runs: int = 0  # outcomes learnt from (0: a prior)
+
+    def estimate_ms(self, rows: int) -> float:
+        return self.fixed_ms + self.ms_per_row * rows
+
+    def learned(self, rows: int, took_ms: float) -> TechniqueCost:
+        """This cost after a run of ``rows`` that took ``took_ms``: the part that dominated the
+        estimate moves towards what the outcome says of it."""
+        weight = max(1 / (self.runs + 1), LEARNING_WEIGHT)
+        by_rows = self.ms_per_row * rows
+        if rows == 0 or by_rows < self.fixed_ms:
+            fixed = max(took_ms - by_rows, 0.0)
+            return TechniqueCost(_weighted(self.fixed_ms, fixed, weight), self.ms_per_row, self.runs + 1)
+        per_row = max(took_ms - self.fixed_ms, 0.0) / rows
+        return TechniqueCost(self.fixed_ms, _weighted(self.ms_per_row, per_row, weight), self.runs + 1)
+
+    def record(self) -> tuple[float, float, int]:
+        return (self.fixed_ms, self.ms_per_row, self.runs)
+
+
+def _weighted(old: float, new: float, weight: float) -> float:
+    return (1 - weight) * old + weight * new
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """What a FAST plan's cost grows with, known from the plan alone: its kind, the table of each
+    scan (a self-join's table twice), whether a top-N sits on top."""
+
+    kind: str
+    scans: tuple[str, ...]
+    top_n: bool = False
+
+    @property
+    def tree(self) -> bool:
+        return self.kind == "tree"
+
+
+def fast_prior(shape: PlanShape | None, size: ChangeSize | None, complete: TechniqueCost) -> TechniqueCost:
+    """A steady FAST run's cost before any is measured. ``complete``: the COMPLETE cost (learnt from
+    the first build, usually), which prices a row read on this machine."""
+    if shape is None:
+        return TechniqueCost(FAST_FIXED_MS, FAST_MS_PER_ROW)
+    fixed = FAST_FIXED_MS + FAST_MS_PER_SCAN * (len(shape.scans) - 1)
+    fixed += (FAST_TREE_MS if shape.tree else 0.0) + (FAST_TOP_N_MS if shape.top_n else 0.0)
+    share = FAST_TREE_READ_SHARE if shape.tree else FAST_JOIN_READ_SHARE
+    fixed += share * complete.ms_per_row * joined_rows(shape.scans, size)
+    return TechniqueCost(fixed, FAST_MS_PER_ROW)
+
+
+def joined_rows(scans: Sequence[str], size: ChangeSize | None) -> int:
+    """Rows of the bases a FAST run joins the change with: every scanned base (each once) that
+    another scan's change meets — another base that changed, or its own second occurrence."""
+    if size is None or len(scans) < 2 or not size.bases:
+        return 0
+    by_name = {b.name: b for b in size.bases}
+
+    def changed(table: str) -> bool:
+        found = by_name.get(table)
+        return found is None or found.change_rows is None or found.change_rows > 0
+
+    changed_scans = sum(changed(t) for t in scans)
+    total = 0
+    for table in dict.fromkeys(scans):
+        others = changed_scans - (1 if changed(table) else 0)
+        base = by_name.get(table)
+        if others > 0 and base is not None and base.rows is not None:
+            total += base.rows
+    return total
+
+
+def rows_handled(technique: str, size: ChangeSize | None) -> int | None:
+    """The rows a technique's cost grows with: FAST the change rows, COMPLETE (and REBUILD) the
+    bases' rows read and the MV's written (its rows before: the result's size is not known ahead)."""
+    if size is None:
+        return None
+    if technique == FAST:
+        return size.change_rows
+    if size.base.rows is None:
+        return None
+    mv_rows = size.mv.rows if size.mv is not None and size.mv.rows is not None else 0
+    return size.base.rows + mv_rows
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One MV's costs per technique; None: not learnt yet (the priors, ``fast_prior`` for FAST)."""
+
+    fast: TechniqueCost | None = None
+    complete: TechniqueCost | None = None
+    rebuild: TechniqueCost | None = None
+
+    def complete_cost(self) -> TechniqueCost:
+        return self.complete or TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
+
+    def fast_cost(self, shape: PlanShape | None, size: ChangeSize | None) -> TechniqueCost:
+        return self.fast or fast_prior(shape, size, self.complete_cost())
+
+    def rebuild_cost(self) -> TechniqueCost:
+        complete = self.complete_cost()
+        prior = TechniqueCost(
+            REBUILD_PRIOR_SHARE * complete.fixed_ms, REBUILD_PRIOR_SHARE * complete.ms_per_row
+        )
+        return self.rebuild or prior
+
+    def estimate_ms(
+        self, technique: str, size: ChangeSize | None, shape: PlanShape | None = None
+    ) -> float | None:
+        """A run's estimate (FAST: steady; REBUILD: what a FAST run after a complete one pays
+        more); None when the rows it grows with are unknown."""
+        rows = rows_handled(technique, size)
+        if rows is None:
+            return None
+        if technique == FAST:
+            return self.fast_cost(shape, size).estimate_ms(rows)
+        return (self.complete_cost() if technique == COMPLETE else self.rebuild_cost()).estimate_ms(rows)
+
+    def learned(
+        self,
+        technique: str,
+        size: ChangeSize | None,
+        took_ms: float,
+        shape: PlanShape | None = None,
+        after_complete: bool = False,
+    ) -> CostModel:
+        """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
+        when the run's rows are unknown. A FAST run ``after_complete`` rebuilt its state: once the
+        steady cost is known it teaches only REBUILD (what it took more); before, both, in the
+        proportion of their estimates."""
+        rows = rows_handled(technique, size)
+        if rows is None:
+            return self
+        if technique == COMPLETE:
+            return replace(self, complete=self.complete_cost().learned(rows, took_ms))
+        fast = self.fast_cost(shape, size)
+        if not after_complete:
+            return replace(self, fast=fast.learned(rows, took_ms))
+        read_rows = rows_handled(REBUILD, size)
+        if read_rows is None:
+            return self
+        rebuild = self.rebuild_cost()
+        fast_ms, rebuild_ms = fast.estimate_ms(rows), rebuild.estimate_ms(read_rows)
+        if self.fast is not None or fast_ms + rebuild_ms <= 0:
+            return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - fast_ms, 0.0)))
+        scale = took_ms / (fast_ms + rebuild_ms)
+        return replace(
+            self,
+            fast=fast.learned(rows, fast_ms * scale),
+            rebuild=rebuild.learned(read_rows, rebuild_ms * scale),
+        )
+
+    def record(self) -> dict[str, tuple[float, ...]]:
+        """Technique → (fixed ms, ms per row, runs) of each learnt cost: what an MV commit keeps for
+        the MV's next owner."""
+        learnt = ((FAST, self.fast), (COMPLETE, self.complete), (REBUILD, self.rebuild))
+        return {name: cost.record() for name, cost in learnt if cost is not None}
+
+    def restored(self, costs: Mapping[str, Sequence[float]]) -> CostModel:
+        """This model with the techniques ``costs`` (``record``'s form, from an MV commit) names. An
+        older commit's pair (fixed ms, ms per row) counts as one outcome learnt."""
+
+        def cost(name: str, mine: TechniqueCost | None) -> TechniqueCost | None:
+            kept = costs.get(name)
+            if kept is None or len(kept) < 2 or tuple(kept) == _OLD_PRIORS.get(name):
+                return mine
+            runs = int(kept[2]) if len(kept) > 2 and math.isfinite(kept[2]) else 1
+            return TechniqueCost(float(kept[0]), float(kept[1]), max(runs, 0))
+
+        return CostModel(cost(FAST, self.fast), cost(COMPLETE, self.complete), cost(REBUILD, self.rebuild))
