@@ -7,7 +7,8 @@ Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``
 - COMPLETE, a recomputation: per row it reads and writes (the bases' and the MV's);
 - REBUILD, what the first FAST run after a complete one pays on top of a steady run: its helper
   state (join aggregates, trees, top-N) is rebuilt from the bases, about a complete read (a complete
-  run does not keep that state). Per row of the complete run; an MV that keeps no state learns ~0.
+  run does not keep that state). Per row of the complete run; an MV that keeps no state learns 0
+  (its first FAST run took no more than ``NO_REBUILD_FACTOR`` times a steady one's estimate).
 
 A cost not yet learnt is None and its prior is used. Learning (``CostModel.learned``): an average
 weighted by ``max(1 / (runs + 1), LEARNING_WEIGHT)``, so the first outcome replaces the prior (an
@@ -39,6 +40,8 @@ FAST_MS_PER_ROW = 0.02
 FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.3, 0.5
 # REBUILD's prior: a complete read of the rows COMPLETE handles.
 REBUILD_PRIOR_SHARE = 1.0
+# A first FAST run after a complete one within this factor of the steady prior rebuilt no state.
+NO_REBUILD_FACTOR = 2.0
 # The priors before session 23, which commits of then kept as if learnt: read back as not learnt.
 _OLD_PRIORS = {FAST: (1200.0, 0.02), COMPLETE: (1000.0, 0.002)}
 
@@ -146,11 +149,8 @@ class CostModel:
         return self.fast or fast_prior(shape, size, self.complete_cost())
 
     def rebuild_cost(self) -> TechniqueCost:
-        complete = self.complete_cost()
-        prior = TechniqueCost(
-            REBUILD_PRIOR_SHARE * complete.fixed_ms, REBUILD_PRIOR_SHARE * complete.ms_per_row
-        )
-        return self.rebuild or prior
+        """A state rebuild reads the bases: its prior is COMPLETE's price of a row."""
+        return self.rebuild or TechniqueCost(0.0, REBUILD_PRIOR_SHARE * self.complete_cost().ms_per_row)
 
     def estimate_ms(
         self, technique: str, size: ChangeSize | None, shape: PlanShape | None = None
@@ -173,9 +173,10 @@ class CostModel:
         after_complete: bool = False,
     ) -> CostModel:
         """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
-        when the run's rows are unknown. A FAST run ``after_complete`` rebuilt its state: once the
-        steady cost is known it teaches only REBUILD (what it took more); before, both, in the
-        proportion of their estimates."""
+        when the run's rows are unknown. A FAST run ``after_complete`` may have rebuilt helper
+        state: it teaches REBUILD what it took over the steady estimate. While the steady cost is
+        not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
+        no state: it teaches both), a longer one teaches REBUILD alone."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
@@ -187,16 +188,10 @@ class CostModel:
         read_rows = rows_handled(REBUILD, size)
         if read_rows is None:
             return self
-        rebuild = self.rebuild_cost()
-        fast_ms, rebuild_ms = fast.estimate_ms(rows), rebuild.estimate_ms(read_rows)
-        if self.fast is not None or fast_ms + rebuild_ms <= 0:
-            return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - fast_ms, 0.0)))
-        scale = took_ms / (fast_ms + rebuild_ms)
-        return replace(
-            self,
-            fast=fast.learned(rows, fast_ms * scale),
-            rebuild=rebuild.learned(read_rows, rebuild_ms * scale),
-        )
+        steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost()
+        if self.fast is None and took_ms <= NO_REBUILD_FACTOR * steady_ms:
+            return replace(self, fast=fast.learned(rows, took_ms), rebuild=rebuild.learned(read_rows, 0.0))
+        return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
 
     def record(self) -> dict[str, tuple[float, ...]]:
         """Technique → (fixed ms, ms per row, runs) of each learnt cost: what an MV commit keeps for

@@ -7,8 +7,8 @@ from its runs' outcomes); ``plan_run`` takes every input as a value (the sizes f
 FORCE takes the cheaper estimate; a bulk change (at least ``BULK_SHARE`` of the bases' rows) is
 recomputed whatever the estimates say. The first FAST run after a complete one rebuilds the MV's
 helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
-runs when choosing (the steady runs after it pay it back). FAST never measured for the MV is tried
-once when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
+runs when choosing (the steady runs after it pay it back). FAST never run for the MV is tried once
+when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
 left at once, a wrong COMPLETE would never be (COMPLETE is measured by the first build). FAST and
 COMPLETE keep their meaning: the planning information then says what the other would have cost.
 """
@@ -136,8 +136,8 @@ def plan_run(
         versus += f" ({_duration(rebuild_ms)} of it a state rebuild, over {REBUILD_PAYBACK_RUNS} runs)"
     versus += f" vs COMPLETE est. {_duration(complete_ms)}"
     if complete_ms < counted_ms:
-        if model.fast is None and counted_ms <= PROBE_FACTOR * complete_ms:
-            return planned(FAST, f"fast: probe: FAST not yet measured for this MV; {versus}")
+        if model.fast is None and model.rebuild is None and counted_ms <= PROBE_FACTOR * complete_ms:
+            return planned(FAST, f"fast: probe: FAST never run for this MV; {versus}")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
 
