@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(
                 f"  {base_rows:,} rows, {_label(spec)} changed: "
-                + ", ".join(f"{r[2]} {r[5]}" for r in rows[-len(shapes) :])
+                + ", ".join(f"{r[2]} {r[5]} (FORCE {r[7]}: {r[8]})" for r in rows[-len(shapes) :])
             )
             if args.profile:
                 _print_profile(bench, shapes, f"{base_rows:,} rows, {_label(spec)} changed")

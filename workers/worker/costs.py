@@ -173,7 +173,10 @@ class CostModel:
         after_complete: bool = False,
     ) -> CostModel:
         """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
-        when the run's rows are unknown. A FAST run ``after_complete`` may have rebuilt helper
+        when the run's rows are unknown. A first build (no MV yet) teaches COMPLETE only a lower
+        cost: it pays for making the table (Spark's writer, a cold start), which a recompute does
+        not (taught by builds, FORCE kept FAST at 30 % of 1M rows where FAST took 2.8-3.9x COMPLETE:
+        ``bench.fast_vs_complete``, session 23). A FAST run ``after_complete`` may have rebuilt helper
         state: it teaches REBUILD what it took over the steady estimate. While the steady cost is
         not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
         no state: it teaches both), a longer one teaches REBUILD alone."""
@@ -181,7 +184,10 @@ class CostModel:
         if rows is None:
             return self
         if technique == COMPLETE:
-            return replace(self, complete=self.complete_cost().learned(rows, took_ms))
+            complete = self.complete_cost()
+            if size is not None and size.mv is None and took_ms >= complete.estimate_ms(rows):
+                return self  # a first build (it also makes the table) is no cheaper than a recompute
+            return replace(self, complete=complete.learned(rows, took_ms))
         fast = self.fast_cost(shape, size)
         if not after_complete:
             return replace(self, fast=fast.learned(rows, took_ms))

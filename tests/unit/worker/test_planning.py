@@ -367,3 +367,17 @@ def test_the_plan_shape_is_read_from_the_coordinators_analysis() -> None:
         "ON s.customer = c.id GROUP BY s.customer ORDER BY total DESC LIMIT 5"
     )
     assert (top.scans, top.top_n) == (("sales", "customers"), True)
+
+
+def test_a_first_build_teaches_complete_only_a_lower_cost() -> None:
+    """A first build also makes the MV table: no cheaper than a recompute, so only an upper bound."""
+    build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)  # no MV yet
+    prior = CostModel().estimate_ms(COMPLETE, build)
+    assert prior is not None
+    assert CostModel().learned(COMPLETE, build, prior * 3) == CostModel()
+    cheaper = CostModel().learned(COMPLETE, build, prior / 2).estimate_ms(COMPLETE, build)
+    assert cheaper == pytest.approx(prior / 2)
+    recompute = size(10, 1_000_000)  # the MV exists: a recompute teaches whatever it took
+    assert CostModel().learned(COMPLETE, recompute, 9000.0).estimate_ms(COMPLETE, recompute) == pytest.approx(
+        9000.0
+    )
