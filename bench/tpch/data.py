@@ -25,6 +25,7 @@ from typing import Any
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import create_mv_log
+from workers.jobs.delta.log import CHANGE_FEED_PROPERTY
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 REFRESH_FRACTION = 0.001  # of the orders, per refresh function and round (TPC-H's 0.1 %)
@@ -96,6 +97,9 @@ def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str
             source = source.orderBy(CLUSTERED_BY[name])
         path = warehouse.table_path(settings, name)
         writer = source.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        # Created with its change data feed on, as a table meant for MVs would be: the MV log then
+        # starts at the next commit without an ALTER of its own.
+        writer = writer.option(CHANGE_FEED_PROPERTY, "true")
         writer.option("maxRecordsPerFile", FILE_ROWS).save(path)
         create_mv_log(spark, settings, name)
     return TpchData(settings, sf, parquet, keys, per_round)

@@ -79,7 +79,9 @@ def test_capture_and_purge_keep_every_change_at_or_above_the_safepoint(
     assert any(t["appId"] == "mvlog:orders" for h in history for t in h["txn"])
 
 
-def test_drop_mv_log_keeps_cdf_and_a_new_log_starts_after_it(spark: Any, local_settings: Settings) -> None:
+def test_drop_mv_log_keeps_cdf_and_a_new_log_starts_at_the_next_commit(
+    spark: Any, local_settings: Settings
+) -> None:
     s = local_settings
     tables.create_table(spark, s, "orders", [{"id": 1}], "id long")  # v0
     assert mvlog.create_mv_log(spark, s, "orders") == 1
@@ -90,8 +92,9 @@ def test_drop_mv_log_keeps_cdf_and_a_new_log_starts_after_it(spark: Any, local_s
         for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{warehouse.table_path(s, 'orders')}`").collect()
     }
     assert props["delta.enableChangeDataFeed"] == "true"
-    # Re-created: it starts at its own ALTER commit (v2), even though CDF was already on.
+    # Re-created while CDF is on: no ALTER commits (the base stays at v1); it starts at the next commit.
     assert mvlog.create_mv_log(spark, s, "orders") == 2
-    tables.append(spark, s, "orders", [{"id": 3}])  # v3
-    assert mvlog.capture(spark, s, "orders") == 3
-    assert _versions(spark, s) == [(3, "insert", 3)]
+    assert warehouse.latest_version(s, "orders") == 1
+    tables.append(spark, s, "orders", [{"id": 3}])  # v2
+    assert mvlog.capture(spark, s, "orders") == 2
+    assert _versions(spark, s) == [(2, "insert", 3)]

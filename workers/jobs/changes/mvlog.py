@@ -105,15 +105,20 @@ def create_mv_log(spark: SparkSession, settings: Settings, base_table: str) -> i
         before = deltalog.current_version(spark, settings, base_table)
         if before is None:
             raise TableNotFound(f"base table {base_table!r} not found at {base_path}")
-        spark.sql(f"ALTER TABLE delta.`{base_path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-        # Every ALTER commits (even when CDF was already on); find ours among the commits after
-        # `before` — a concurrent writer may have committed too.
-        altered = [
-            c.version
-            for c in deltalog.iter_commits(spark, settings, base_table, after=before)
-            if c.operation == "SET TBLPROPERTIES"
-        ]
-        start = min(altered) if altered else before + 1
+        if _change_feed_on(settings, base_table, before):
+            # Every commit after `before` records its changes: no ALTER (a commit and a Spark job).
+            start = before + 1
+        else:
+            spark.sql(
+                f"ALTER TABLE delta.`{base_path}` SET TBLPROPERTIES ({deltalog.CHANGE_FEED_PROPERTY} = true)"
+            )
+            # Find the ALTER's commit among those after `before`: a concurrent writer may have committed too.
+            altered = [
+                c.version
+                for c in deltalog.iter_commits(spark, settings, base_table, after=before)
+                if c.operation == "SET TBLPROPERTIES"
+            ]
+            start = min(altered) if altered else before + 1
         schema = StructType(spark.read.format("delta").load(base_path).schema.fields + CHANGE_COLUMNS.fields)
         state = MvLogState(base_table, start, captured_version=start - 1, retained_from=start)
         (
@@ -127,6 +132,16 @@ def create_mv_log(spark: SparkSession, settings: Settings, base_table: str) -> i
             .save(warehouse.table_path(settings, warehouse.mlog_table_name(base_table)))
         )
         return start
+
+
+def _change_feed_on(settings: Settings, base_table: str, version: int) -> bool:
+    """Whether the base's change data feed is on at ``version``, read by delta-rs; False when delta-rs
+    cannot read its log (the caller then turns it on with Spark, which is right either way)."""
+    try:
+        configuration = warehouse.rs_table(settings, base_table, version).metadata().configuration
+    except Exception:  # noqa: BLE001 - an ALTER that finds the feed on already is only a wasted commit
+        return False
+    return deltalog.change_feed_on(configuration)
 
 
 def capture(spark: SparkSession, settings: Settings, base_table: str) -> int:

@@ -7,7 +7,7 @@ actions of each commit are visible.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,8 @@ from pyspark.sql import SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.spark.session import active_spark
+
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ def current_version(spark: SparkSession | None, settings: Settings, name: str) -
     """Latest committed version of table ``name``, None if it does not exist (``spark`` is unused:
     kept so callers need not know how the log is read)."""
     return warehouse.latest_version(settings, name)
+
+
+def change_feed_on(configuration: Mapping[str, str]) -> bool:
+    """Whether a table's properties (its ``metaData.configuration``) turn its change data feed on."""
+    return configuration.get(CHANGE_FEED_PROPERTY, "false").lower() == "true"
 
 
 def iter_commits(

@@ -45,6 +45,7 @@ from pyspark.sql.types import IntegralType, StringType, StructType
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import log as deltalog
 from workers.jobs.delta.arrow import read_whole, small, to_spark
 from workers.jobs.delta.key_filter import KeyFilter
 from workers.jobs.delta.metadata import CommitId
@@ -106,8 +107,7 @@ def _writable(table: DeltaTable) -> bool:
     if protocol.min_writer_version > 7 or not features <= _WRITABLE_FEATURES:
         return False
     config = table.metadata().configuration
-    cdf = config.get("delta.enableChangeDataFeed", "false").lower() == "true"
-    return not cdf and config.get("delta.columnMapping.mode", "none") == "none"
+    return not deltalog.change_feed_on(config) and config.get("delta.columnMapping.mode", "none") == "none"
 
 
 def read_rows(
