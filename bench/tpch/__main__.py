@@ -14,6 +14,10 @@ message gives), FAST p50, COMPLETE p50, their ratio, Spark jobs (p50) of each si
 the choice it made each round and whether it stayed within 1.1 x min(FAST, COMPLETE).
 
     .venv/bin/python -m bench.tpch [--sf 1] [--rounds 2] [--queries q01,q06] [--data-dir DIR] [--no-force]
+        [--profile]
+
+``--profile`` lists each Spark job of every timed MV run with the ``workers/`` lines that started it
+(``bench.tpch.profile``; its times include the profiling's overhead).
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import argparse
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from bench.common import percentile, print_table
 from bench.tpch import data
 from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
+from bench.tpch.profile import call_sites, group_jobs, print_jobs
 from bench.tpch.queries import load_queries
 from tests.support.fast_checks import multiset_difference
 from workers import warehouse
@@ -149,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", default=None, help="keep dbgen's files here, and reuse them (same --sf and --rounds)"
     )
     parser.add_argument("--no-force", action="store_true", help="no FORCE twins (a third less time)")
+    parser.add_argument(
+        "--profile", action="store_true", help="list each Spark job of the MV's runs with the workers/ line"
+    )
     args = parser.parse_args(argv)
     settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(prefix="mvs-tpch-"))
     spark = get_spark(settings)
@@ -196,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 sides.append((forces[name], runs[name][2]))
             shift = round_ % len(sides)
             for side, into in sides[shift:] + sides[:shift]:
-                into.append(refresh(runner, side, f"r{round_}"))
+                with call_sites(spark) if args.profile and side is mv else nullcontext():
+                    into.append(refresh(runner, side, f"r{round_}"))
             mv_run, twin_run = runs[name][0][-1], runs[name][1][-1]
             forced = (
                 f", FORCE {runs[name][2][-1].ms:,.0f} ms ({runs[name][2][-1].choice})"
@@ -207,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"    {name}: {mv_run.ms:,.0f} ms ({mv_run.message[:60]}), "
                 f"COMPLETE {twin_run.ms:,.0f} ms{forced}"
             )
+            if args.profile:
+                print_jobs(group_jobs(spark, f"tpch-{mv.name}-r{round_}"))
             for other in [mv, *([forces[name]] if name in forces else [])]:
                 difference = _equal(spark, settings, other.name, twin.name)
                 if difference is not None:

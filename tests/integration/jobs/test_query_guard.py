@@ -19,7 +19,7 @@ from workers.ddl.query import analyze_query
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.fast.refresh import fast_refresh_blocker, refresh_incremental
-from workers.jobs.spark.guard import QueryRefused
+from workers.jobs.spark.guard import QueryRefused, check_parsed
 from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration
@@ -185,6 +185,19 @@ def test_runs_leave_no_views_behind(spark: Any, sales: Settings) -> None:
         _refresh(spark, sales, "SELECT my_udf(id) AS v FROM sales")
     assert {t.name for t in spark.catalog.listTables()} == before
     assert "sales" not in before
+
+
+def test_an_accepted_parse_is_remembered_only_for_its_tables_mv_and_functions(spark: Any) -> None:
+    # check_parsed skips the walk of a text it accepted before, but only under the same key.
+    text = "SELECT my_udf(id) AS v FROM sales"
+    check_parsed(spark, text, tables=["sales"], mv_name="mv", extra_functions=["my_udf"])
+    check_parsed(spark, text, tables=["sales"], mv_name="mv", extra_functions=["my_udf"])
+    with pytest.raises(QueryRefused, match="my_udf"):
+        check_parsed(spark, text, tables=["sales"], mv_name="mv")
+    with pytest.raises(QueryRefused, match="reads sales, which is not one of its base tables"):
+        check_parsed(spark, text, tables=["other"], mv_name="mv", extra_functions=["my_udf"])
+    with pytest.raises(QueryRefused, match="reads the MV's own table sales"):
+        check_parsed(spark, text, tables=["sales"], mv_name="sales", extra_functions=["my_udf"])
 
 
 def test_every_allowed_name_is_a_spark_builtin(spark: Any) -> None:

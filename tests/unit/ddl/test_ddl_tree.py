@@ -214,6 +214,23 @@ def test_in_is_keyed_by_its_pair_and_not_in_only_by_a_correlation() -> None:
     }
 
 
+def test_a_keyed_input_carries_the_conditions_on_its_outer_input_alone() -> None:
+    sql = (
+        "SELECT t.k FROM t WHERE t.g = 1 AND t.v > (SELECT AVG(u.w) FROM u WHERE u.k = t.k) "
+        "AND t.v + t.k < 9 AND t.k = t.g"
+    )
+    (keyed,) = nested_of(sql).keyed
+    assert keyed.outer_keys == (
+        "SELECT `t`.`k` FROM __mvs_scan0 AS `t` "
+        "WHERE `t`.`g` = 1 AND `t`.`v` + `t`.`k` < 9 AND `t`.`k` = `t`.`g`"
+    )
+    back = tree_from_json(tree_json(tree_of(sql)))
+    assert back.root is not None and back.root.keyed == (keyed,)
+    # A FULL JOIN pads a key without an outer row: not narrowed.
+    full = nested_of("SELECT t.k, u.w FROM t FULL JOIN u ON t.k = u.k WHERE t.g = 1")
+    assert [k.outer_keys for k in full.keyed] == [None, None]
+
+
 def test_an_in_under_or_is_recomputed_whole() -> None:
     root = nested_of("SELECT t.k FROM t WHERE t.g IN (SELECT u.w FROM u) OR t.v > 1")
     assert root.keyed == (Keyed("__mvs_scan1", "semi join (IN)"),)

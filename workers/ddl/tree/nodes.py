@@ -14,7 +14,7 @@ row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -227,7 +227,7 @@ class Builder:
             select.sql(dialect=DIALECT),
             tuple(inputs),
             keys,
-            tuple(keyed),
+            tuple(_with_outer_keys(k, linear, where_terms) for k in keyed),
             tuple(left_keys),
             lineage,
             filtered,
@@ -290,6 +290,31 @@ def _first_outer_join(
         Keyed(left_view, "full outer join", left_column, right_view, column),
         Keyed(right_view, "full outer join", column, left_view, left_column),
     ]
+
+
+def _with_outer_keys(keyed: Keyed, linear: dict[str, str], where_terms: list[exp.Expr]) -> Keyed:
+    """``keyed`` with its outer input's own WHERE conditions as ``Keyed.outer_keys``: the conjuncts
+    that read that input's columns only (no subquery). Not for a FULL JOIN's sides (each pads the
+    other's rows: a key without an outer row still reaches the block)."""
+    aliases = {view: alias for alias, view in linear.items()}
+    alias = aliases.get(keyed.outer_view or "")
+    if keyed.null_keys or alias is None or keyed.outer_view is None or keyed.outer_column is None:
+        return keyed
+    own = [
+        term.copy()
+        for term in where_terms
+        if term.find(exp.Query) is None
+        and (columns := list(term.find_all(exp.Column)))
+        and all(c.table == alias for c in columns)
+    ]
+    if not own:
+        return keyed
+    query = (
+        exp.select(exp.column(keyed.outer_column, table=alias, quoted=True))
+        .from_(exp.to_table(keyed.outer_view).as_(alias, quoted=True))
+        .where(exp.and_(*own))
+    )
+    return replace(keyed, outer_keys=query.sql(dialect=DIALECT))
 
 
 def _keyed(view: str, operator: str, pair: tuple[str, str, str] | None) -> Keyed:

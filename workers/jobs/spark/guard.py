@@ -18,6 +18,7 @@ deeply nested query cannot overflow Python's stack either.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
@@ -31,6 +32,19 @@ from workers.jobs.errors import JobError
 __all__ = ["QueryRefused", "check_expression", "check_parsed", "guarded_sql"]
 
 _MAX_NODES = 50_000  # far above any real MV query; bounds the walk of a hostile one
+# The SQL confs that change how Spark's parser reads a text: a parse accepted under other values of
+# them is checked again (``check_parsed``'s memo of accepted parses).
+_PARSER_CONFS = (
+    "spark.sql.ansi.enabled",
+    "spark.sql.ansi.enforceReservedKeywords",
+    "spark.sql.ansi.doubleQuotedIdentifiers",
+    "spark.sql.parser.quotedRegexColumnNames",
+    "spark.sql.parser.escapedStringLiterals",
+    "spark.sql.legacy.setopsPrecedence.enabled",
+)
+_ACCEPTED_LIMIT = 4096  # parses remembered as accepted; the memo starts over past it
+_accepted: set[tuple[object, ...]] = set()
+_accepted_lock = threading.Lock()
 
 # Parsed (unresolved) and analyzed logical plan nodes a read-only MV query is made of (simple names).
 _PLAN_NODES = frozenset(
@@ -97,11 +111,29 @@ def check_parsed(
     mv_name: str,
     extra_functions: Iterable[str] = (),
 ) -> None:
-    """Check Spark's parse of ``query`` (step 1 above); raises QueryRefused."""
+    """Check Spark's parse of ``query`` (step 1 above); raises QueryRefused. A text accepted once
+    for the same tables, MV, functions and parser confs is not walked again: the walk is a few py4j
+    calls per plan node (0.3-0.7 s a query on a loaded machine), and a run checks one text once per
+    term of its delta rules, each run again."""
     names = allowed_functions(extra_functions)
     wanted = {t.lower() for t in tables}
     if mv_name.lower() in wanted:
         raise QueryRefused(f"the query reads the MV's own table {mv_name}")
+    parser = tuple(session.conf.get(key, None) for key in _PARSER_CONFS)
+    memo = (query, frozenset(wanted), mv_name.lower(), names, parser)
+    with _accepted_lock:
+        if memo in _accepted:
+            return
+    _check_parse(session, query, wanted, mv_name, names)
+    with _accepted_lock:
+        if len(_accepted) >= _ACCEPTED_LIMIT:
+            _accepted.clear()
+        _accepted.add(memo)
+
+
+def _check_parse(
+    session: SparkSession, query: str, wanted: set[str], mv_name: str, names: frozenset[str]
+) -> None:
     jvm_session: Any = session._jsparkSession  # noqa: SLF001 - Spark's parser has no Python API
     try:
         plan = jvm_session.sessionState().sqlParser().parsePlan(query)

@@ -101,6 +101,10 @@ def _keyed_term(
     # A NULL key matches nothing: the rows holding one are the same before and after (but for a FULL
     # JOIN's, which pad them: ``null_keys``).
     nulls = keyed.null_keys
+    if keyed.outer_keys is not None:  # only the keys an outer row passing its own conditions holds
+        view = keyed.outer_view
+        outer = ev.restricted(inputs[view], view in at_new, keyed.outer_column, keys, nulls=nulls)
+        keys = ev.distinct_keys(ev.sql(keyed.outer_keys, {view: outer}))
     for view, column in block.reached_by(keyed.outer_view, keyed.outer_column).items():
         if view != node.view:
             tables[view] = ev.restricted(inputs[view], view in at_new, column, keys, nulls=nulls)

@@ -104,7 +104,12 @@ class Evaluation:
         delta = self.delta(node)
         assert delta is not None
         both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[node.view]
-        frame, count = hold_distinct(self.scope.session, both.select(F.col(f"`{column}`").alias(KEY)))
+        return self.distinct_keys(both.select(F.col(f"`{column}`")))
+
+    def distinct_keys(self, rows: DataFrame) -> Keys:
+        """The distinct values of ``rows``' one column, held (``hold_distinct``)."""
+        values = rows.select(F.col(f"`{rows.columns[0]}`").alias(KEY))
+        frame, count = hold_distinct(self.scope.session, values)
         return Keys(frame, count)
 
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame:
