@@ -19,7 +19,8 @@ from workers.ddl.query import analyze_query
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.fast.refresh import fast_refresh_blocker, refresh_incremental
-from workers.jobs.spark.guard import QueryRefused, check_parsed
+from workers.jobs.spark import guard
+from workers.jobs.spark.guard import QueryRefused, check_parsed, guarded_sql
 from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration
@@ -198,6 +199,29 @@ def test_an_accepted_parse_is_remembered_only_for_its_tables_mv_and_functions(sp
         check_parsed(spark, text, tables=["other"], mv_name="mv", extra_functions=["my_udf"])
     with pytest.raises(QueryRefused, match="reads the MV's own table sales"):
         check_parsed(spark, text, tables=["sales"], mv_name="sales", extra_functions=["my_udf"])
+
+
+def test_an_analyzed_plan_is_walked_once_per_run_session_and_always_elsewhere(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walks: list[str] = []
+    walk = guard._check_analyzed  # noqa: SLF001 - counted, not replaced
+    monkeypatch.setattr(guard, "_check_analyzed", lambda s, f, t, n: walks.append("walk") or walk(s, f, t, n))
+    text = "SELECT lower(name) AS n FROM people"
+    run = run_session(spark)
+    run.createDataFrame([("Ann",)], "name string").createOrReplaceTempView("people")
+    for _ in range(3):
+        assert guarded_sql(run, text, tables=["people"], mv_name="mv").collect()[0].n == "ann"
+    assert len(walks) == 1  # the run's later checks of the same text over the same views are remembered
+    assert guarded_sql(run, text.replace("lower", "upper"), tables=["people"], mv_name="mv").collect()
+    assert len(walks) == 2
+    # A long-lived session's function registry may change between two checks (a UDF registered under
+    # a name): there every check walks.
+    other = spark.newSession()
+    other.createDataFrame([("Ann",)], "name string").createOrReplaceTempView("people")
+    for _ in range(2):
+        assert guarded_sql(other, text, tables=["people"], mv_name="mv").collect()
+    assert len(walks) == 4
 
 
 def test_every_allowed_name_is_a_spark_builtin(spark: Any) -> None:

@@ -19,6 +19,7 @@ deeply nested query cannot overflow Python's stack either.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers.ddl.allowlist import allowed_functions, refusal
 from workers.jobs.errors import JobError
+from workers.jobs.spark.session import is_run_session
 
 __all__ = ["QueryRefused", "check_expression", "check_parsed", "guarded_sql"]
 
@@ -45,6 +47,12 @@ _PARSER_CONFS = (
 _ACCEPTED_LIMIT = 4096  # parses remembered as accepted; the memo starts over past it
 _accepted: set[tuple[object, ...]] = set()
 _accepted_lock = threading.Lock()
+# Analyzed plans checked, per run session: a run checks one text several times (a node's rows at the
+# watermark and at the pinned versions, each delta term) over views of the same names, and each walk
+# is a few py4j calls per plan node. Per run session only, not per process: what a text's functions
+# resolve to is the session's function registry, which may change in a long-lived session (a UDF
+# registered under an allowed name) but not in a run's clone (``session.is_run_session``).
+_analyzed: weakref.WeakKeyDictionary[SparkSession, set[tuple[object, ...]]] = weakref.WeakKeyDictionary()
 
 # Parsed (unresolved) and analyzed logical plan nodes a read-only MV query is made of (simple names).
 _PLAN_NODES = frozenset(
@@ -99,7 +107,18 @@ def guarded_sql(
     (named like the base tables). Raises QueryRefused."""
     check_parsed(session, query, tables=tables, mv_name=mv_name, extra_functions=extra_functions)
     frame = session.sql(query)
-    _check_analyzed(session, frame, tables, allowed_functions(extra_functions))
+    names = allowed_functions(extra_functions)
+    if not is_run_session(session):
+        _check_analyzed(session, frame, tables, names)
+        return frame
+    memo = (query, frozenset(t.lower() for t in tables), names)
+    with _accepted_lock:
+        checked = _analyzed.setdefault(session, set())
+        if memo in checked:
+            return frame
+    _check_analyzed(session, frame, tables, names)
+    with _accepted_lock:
+        checked.add(memo)
     return frame
 
 
