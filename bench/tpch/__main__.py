@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of RF1 + RF2, each refreshed and timed")
     parser.add_argument("--queries", default="", help="a subset, e.g. q01,q06 (default: all 22)")
     parser.add_argument(
-        "--data-dir", default=None, help="keep dbgen's files here, and reuse them (same --sf and --rounds)"
+        "--data-dir",
+        default=None,
+        help="keep dbgen's files and a copy of the loaded tables here, and reuse them (same --sf, --rounds)",
     )
     parser.add_argument("--no-force", action="store_true", help="no FORCE twins (a third less time)")
     parser.add_argument(
@@ -167,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         queries = {name: queries[name] for name in args.queries.split(",")}
 
     started = time.perf_counter()
-    tpch = data.generate(spark, settings, args.sf, args.rounds, folder=args.data_dir)
+    tpch = data.generate(
+        spark, settings, args.sf, args.rounds, folder=args.data_dir, keep_loaded=bool(args.data_dir)
+    )
     print(
         f"SF {args.sf:g}: generated and loaded in {time.perf_counter() - started:.0f} s; "
         f"RF1 and RF2 {tpch.per_round:,} orders each per round, {args.rounds} rounds"

@@ -16,7 +16,10 @@ Used by ``bench.tpch`` and ``tests/integration/test_tpch.py``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +45,9 @@ CLUSTERED_BY = {
 }
 FILE_ROWS = 100_000
 MANIFEST = "MANIFEST.json"  # what a folder of dbgen's files holds (scale factor, rounds, keys)
+# Bump when the load changes what the Delta tables hold (their layout, properties, MV logs): a kept
+# copy of another load is then loaded again.
+LOAD_FORMAT = 1
 
 
 def _connect_dbgen() -> Any:
@@ -83,14 +89,30 @@ class TpchData:
         return len(self.keys.inserted)
 
 
-def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str | None = None) -> TpchData:
+def generate(
+    spark: Any,
+    settings: Settings,
+    sf: float,
+    rounds: int,
+    folder: str | None = None,
+    *,
+    keep_loaded: bool = False,
+) -> TpchData:
     """dbgen at scale factor ``sf``, loaded into the warehouse of ``settings`` as the eight TPC-H
     tables with their MV logs, holding back RF1's orders for ``rounds`` rounds. ``folder`` keeps
     dbgen's Parquet files: a folder that holds them for the same ``sf`` and ``rounds`` (its
-    ``MANIFEST``) is loaded again without running dbgen (SF 1 takes minutes to generate)."""
+    ``MANIFEST``) is loaded again without running dbgen (SF 1 takes minutes to generate).
+    ``keep_loaded``: the folder also keeps a copy of the loaded warehouse, and a later call copies it
+    instead of loading (SF 1 loads in ~3 minutes, copies in seconds); the refresh functions then
+    change the copy, never the kept tables."""
     parquet = Path(folder or tempfile.mkdtemp(prefix="mvs-tpch-"))
     parquet.mkdir(parents=True, exist_ok=True)
     keys, per_round = _kept(parquet, sf, rounds) or _dbgen(parquet, sf, rounds)
+    root = Path(warehouse.warehouse_location(settings))
+    loaded = parquet / f"loaded-{_load_id()}"
+    if keep_loaded and loaded.is_dir():
+        shutil.copytree(loaded, root, dirs_exist_ok=True)
+        return TpchData(settings, sf, parquet, keys, per_round)
     for name in TABLES:
         source = spark.read.parquet(str(parquet / f"{name}.parquet"))
         if name in CLUSTERED_BY:
@@ -102,7 +124,21 @@ def generate(spark: Any, settings: Settings, sf: float, rounds: int, folder: str
         writer = writer.option(CHANGE_FEED_PROPERTY, "true")
         writer.option("maxRecordsPerFile", FILE_ROWS).save(path)
         create_mv_log(spark, settings, name)
+    if keep_loaded:  # copied under another name first: an interrupted copy is never taken for a load
+        partial = parquet / f"{loaded.name}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(root, partial)
+        try:
+            partial.rename(loaded)
+        except OSError:  # another run kept its copy first
+            shutil.rmtree(partial, ignore_errors=True)
     return TpchData(settings, sf, parquet, keys, per_round)
+
+
+def _load_id() -> str:
+    """What a load's tables depend on besides dbgen's files (which the folder's MANIFEST names)."""
+    what = json.dumps([LOAD_FORMAT, FILE_ROWS, sorted(CLUSTERED_BY.items()), TABLES])
+    return hashlib.sha256(what.encode()).hexdigest()[:12]
 
 
 def _kept(parquet: Path, sf: float, rounds: int) -> tuple[RefreshKeys, int] | None:
