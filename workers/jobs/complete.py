@@ -99,7 +99,7 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
                 top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
                 frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)
             groups.check_cancelled(request.job_group)
-            metadata = run_user_metadata(request, request.watermark)
+            metadata = run_user_metadata(request, request.watermark, technique="COMPLETE")
             commit = CommitId(request.task_id, txn_version(request.epoch, request.watermark), metadata)
             write.overwrite(settings, request.mv_name, mv_version_before, frame, commit)
         finally:

@@ -38,10 +38,13 @@ class Decision:
     kind: DecisionKind
     reason: str  # what the run record's message starts with
     planning: Planning | None = None  # what was considered (None: skipped)
+    shape: PlanShape | None = None  # the FAST plan's, which its cost grows with (None: no FAST plan)
 
     @classmethod
-    def complete(cls, reason: str, planning: Planning | None = None) -> Decision:
-        return cls(DecisionKind.COMPLETE, reason, planning)
+    def complete(
+        cls, reason: str, planning: Planning | None = None, shape: PlanShape | None = None
+    ) -> Decision:
+        return cls(DecisionKind.COMPLETE, reason, planning, shape)
 
 
 def unchanged(pinned: Mapping[str, int], reflected: Mapping[str, int] | None) -> Decision | None:
@@ -85,11 +88,11 @@ def decide(
     shape = plan_shape(plan) if plan is not None else None
     planning = plan_run(request.mode, blocker, size(), model or CostModel(), shape, after_complete)
     if planning.choice == COMPLETE or plan is None:
-        return Decision.complete(planning.reason, planning)
+        return Decision.complete(planning.reason, planning, shape)
     since = (reflected or {}).get(plan.base_table)
     until = request.pinned.get(plan.base_table)
     reason = f"fast: changes of {plan.base_table} after v{since} up to v{until}"
-    return Decision(DecisionKind.INCREMENTAL, reason, planning)
+    return Decision(DecisionKind.INCREMENTAL, reason, planning, shape)
 
 
 def plan_shape(plan: FastRefreshPlan) -> PlanShape:

@@ -25,7 +25,7 @@ from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
-from workers.worker.decision import Decision, DecisionKind, decide, plan_shape
+from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
@@ -163,7 +163,10 @@ class SparkRunner:
                 costs=self.cost_model(task["task_id"]).record(),
             )
             mv_version = latest_version(self.settings, request.mv_name)
-            after_complete = self._last_ran.get(request.task_id) == COMPLETE
+            # The MV's last commit says how it was made (whoever made it: a previous owner too);
+            # older commits do not, and then what this worker last ran for it.
+            last = current.technique if current is not None else None
+            after_complete = (last or self._last_ran.get(request.task_id)) == COMPLETE
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
             def size() -> ChangeSize | None:
@@ -185,9 +188,7 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            fast_plan = request.plan.fast_refresh
-            shape = plan_shape(fast_plan) if fast_plan is not None else None
-            self._learn(request.task_id, ran, size_read, took_ms, shape, after_complete)
+            self._learn(request.task_id, ran, size_read, took_ms, decision.shape, after_complete)
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"

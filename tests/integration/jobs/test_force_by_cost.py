@@ -109,11 +109,18 @@ def test_a_new_owner_goes_on_from_the_costs_the_mvs_last_commit_kept(
     mvlog.create_mv_log(spark, s, "events")
     learner = SparkRunner(s, lambda _settings: spark)  # learns from its runs, from the priors
     _refresh(learner, "l0")  # the first build (COMPLETE): teaches COMPLETE's costs
+    built = read_watermark(spark, s, "by_cost")
+    assert built is not None and built.technique == "COMPLETE"
+    # A worker that never ran the MV knows from its last commit that FAST would rebuild state now.
     tables.append(spark, s, "events", _rows(500, 5))
+    after_build = _refresh(SparkRunner(s, lambda _settings: spark), "f1").planning
+    assert after_build is not None and "state rebuild" in after_build["reason"], after_build
+    assert read_watermark(spark, s, "by_cost").technique == after_build["choice"]  # type: ignore[union-attr]
+    tables.append(spark, s, "events", _rows(505, 5))
     _refresh(learner, "l1")  # FAST: teaches FAST's
     taught = learner.cost_model("mv:by_cost")
     assert taught != CostModel()
-    tables.append(spark, s, "events", _rows(505, 5))
+    tables.append(spark, s, "events", _rows(510, 5))
     _refresh(learner, "l2")  # its commit keeps what l0 and l1 taught
     kept = read_watermark(spark, s, "by_cost")
     assert kept is not None and kept.costs == taught.record()

@@ -339,6 +339,9 @@ def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> N
     decoded = decode_user_metadata(text, delta_version=4)
     assert decoded is not None and decoded.costs == taught.record()
     assert decode_user_metadata(encode_user_metadata("mv:a", 3, "run-1", {"sales": 7})).costs == {}  # type: ignore[union-attr]
+    made = decode_user_metadata(encode_user_metadata("mv:a", 3, "r", {"sales": 7}, technique=COMPLETE))
+    assert made is not None and made.technique == COMPLETE  # the next owner knows a FAST run rebuilds
+    assert decoded.technique is None  # older commits say nothing of it
     older = decode_user_metadata(encode_user_metadata("mv:a", 3, "r", {"sales": 7}, costs={FAST: (8.0, 0.5)}))
     assert older is not None and older.costs == {FAST: (8.0, 0.5)}  # a pair still reads
     body = json.loads(text)
@@ -351,8 +354,10 @@ def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> N
         {"FAST": [True, 1]},
     ):
         body["mvs"]["costs"] = damaged
+        body["mvs"]["technique"] = damaged if isinstance(damaged, list) else "SOMETIMES"
         found = decode_user_metadata(json.dumps(body))
         assert found is not None and found.watermark == {"sales": 7} and found.costs == {}
+        assert found.technique is None
 
 
 def test_the_plan_shape_is_read_from_the_coordinators_analysis() -> None:

@@ -71,6 +71,12 @@ class MvWatermark:
     # (``workers.worker.planning.CostModel.record``): a new owner goes on from there. Older commits
     # and foreign values: none.
     costs: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # How the run that wrote it refreshed the MV (FAST | COMPLETE): the first FAST run after a
+    # complete one rebuilds helper state, which its next owner must know too. Older commits: None.
+    technique: str | None = None
+
+
+TECHNIQUES = ("FAST", "COMPLETE")
 
 
 def txn_version(epoch: int, watermark: Mapping[str, int]) -> int:
@@ -89,6 +95,7 @@ def encode_user_metadata(
     reflects: Mapping[str, int] | None = None,
     costs: Mapping[str, tuple[float, ...]] | None = None,
     layout: str | None = None,
+    technique: str | None = None,
 ) -> str:
     """``layout``: what a helper table's rows mean (a top-N MV's rows table: its query), checked with
     the run before they are trusted (``workers.jobs.fast.top_n``)."""
@@ -100,14 +107,25 @@ def encode_user_metadata(
         body["costs"] = {technique: list(cost) for technique, cost in costs.items()}
     if layout is not None:
         body["layout"] = layout
+    if technique is not None:
+        body["technique"] = technique
     return json.dumps({"mvs": body}, sort_keys=True, separators=(",", ":"))
 
 
-def run_user_metadata(request: RunRequest, watermark: Mapping[str, int], layout: str | None = None) -> str:
+def run_user_metadata(
+    request: RunRequest, watermark: Mapping[str, int], layout: str | None = None, technique: str | None = None
+) -> str:
     """The ``userMetadata`` of ``request``'s commit (the MV's, or a helper table's with its ``layout``)
-    once its result reflects ``watermark``."""
+    once its result reflects ``watermark``, made by ``technique`` (FAST | COMPLETE)."""
     return encode_user_metadata(
-        request.task_id, request.epoch, request.run_id, watermark, request.reflects, request.costs, layout
+        request.task_id,
+        request.epoch,
+        request.run_id,
+        watermark,
+        request.reflects,
+        request.costs,
+        layout,
+        technique,
     )
 
 
@@ -125,6 +143,7 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
             delta_version=delta_version,
             reflects={str(k): int(v) for k, v in dict(body.get("reflects") or body["watermark"]).items()},
             costs=_costs(body.get("costs")),
+            technique=body.get("technique") if body.get("technique") in TECHNIQUES else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -45,7 +45,7 @@ class RunCommit:
     def commit_id(self, watermark: Mapping[str, int]) -> CommitId:
         """The id and ``userMetadata`` of the run's MV commit reflecting the bases at ``watermark``."""
         request = self.request
-        metadata = run_user_metadata(request, watermark, self.layout)
+        metadata = run_user_metadata(request, watermark, self.layout, technique="FAST")
         return CommitId(request.task_id, txn_version(request.epoch, watermark), metadata)
 
     def fence(self, until: int) -> None:
