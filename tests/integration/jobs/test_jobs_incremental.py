@@ -155,7 +155,13 @@ def test_projection_keeps_duplicates_exact(spark: Any, local_settings: Settings)
     commit = tables.delta_history(spark, s, "mv_p")[0]
     assert commit["operation"] == "MERGE" and commit["version"] == result.delta_version
     assert json.loads(commit["userMetadata"]) == {
-        "mvs": {"task_id": "mv:mv_p", "epoch": 1, "run_id": "i2", "watermark": {"sales": 5}}
+        "mvs": {
+            "task_id": "mv:mv_p",
+            "epoch": 1,
+            "run_id": "i2",
+            "watermark": {"sales": 5},
+            "technique": "FAST",
+        }
     }
     assert commit["txn"] == [{"appId": "mv:mv_p", "version": txn_version(1, {"sales": 5})}]
     # The commit confs were set in the run's own session only.

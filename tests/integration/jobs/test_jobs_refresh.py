@@ -70,7 +70,13 @@ def test_refresh_writes_query_rows_and_watermark_in_one_commit(spark: Any, local
     commit = tables.delta_history(spark, s, "mv_a")[0]
     assert commit["version"] == 0
     assert json.loads(commit["userMetadata"]) == {
-        "mvs": {"task_id": "mv:mv_a", "epoch": 1, "run_id": "r1", "watermark": {"sales": 0}}
+        "mvs": {
+            "task_id": "mv:mv_a",
+            "epoch": 1,
+            "run_id": "r1",
+            "watermark": {"sales": 0},
+            "technique": "COMPLETE",
+        }
     }
     assert commit["txn"] == [{"appId": "mv:mv_a", "version": 2**32 + 0}]
 
