@@ -10,13 +10,13 @@ Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``
   run does not keep that state). Per row of the complete run; an MV that keeps no state learns 0
   (its first FAST run took no more than ``NO_REBUILD_FACTOR`` times a steady one's estimate).
 
-A cost not yet learnt is None and its prior is used, at the machine's pace (``CostModel.pace``): the
-priors were calibrated on a quiet machine, and under load every run takes 3-10x what they say, so a
-technique measured here would look dearer than the other's unmeasured prior (a 1-row aggregate's
-FAST measured at 3 s against a 1 s prior chose COMPLETE at its 1 s prior; it took 11 s). Learning
-(``CostModel.learned``): an average weighted by ``max(1 / (runs + 1), LEARNING_WEIGHT)``, so the
-first outcome replaces the prior (an uncalibrated prior is worth no more than one measurement) and
-later ones move it by at least 30 %.
+A cost not yet learnt is None and its prior is used; COMPLETE's at the machine's pace
+(``CostModel.pace``): the priors were calibrated on a quiet machine, and under load every run takes
+3-10x what they say, so a technique measured here would look dearer than the other's unmeasured
+prior (a 1-row aggregate's FAST measured at 3 s against a 1 s prior chose COMPLETE at its 1 s prior;
+it took 11 s). Learning (``CostModel.learned``): an average weighted by ``max(1 / (runs + 1),
+LEARNING_WEIGHT)``, so the first outcome replaces the prior (an uncalibrated prior is worth no more
+than one measurement) and later ones move it by at least 30 %.
 Calibration (SF 1 TPC-H baseline of session 23 and ``bench.fast_vs_complete`` at 1M rows, this
 2-core machine): a complete run reads ~0.5 µs a row; a steady FAST run costs ~0.8 s on one base,
 ~0.6 s more per further scan, ~3 s more for an operator tree and ~2 s for a top-N; its first run
@@ -46,8 +46,8 @@ FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.3, 0.5
 REBUILD_PRIOR_SHARE = 1.0
 # A first FAST run after a complete one within this factor of the steady prior rebuilt no state.
 NO_REBUILD_FACTOR = 2.0
-# The pace is at least 1 (a measured cost under its prior says the query reads narrow rows, not that the
-# machine is fast: TPC-H SF 1 q12's COMPLETE took 0.45x its prior) and at most 10 (the loads seen).
+# The pace is at least 1 (FAST under its prior says the plan is light, not that the machine is fast)
+# and at most 10 (the loads seen: runs at 3-10x the priors).
 PACE_BOUNDS = (1.0, 10.0)
 # The priors before session 23, which commits of then kept as if learnt: read back as not learnt.
 _OLD_PRIORS = {FAST: (1200.0, 0.02), COMPLETE: (1000.0, 0.002)}
@@ -98,20 +98,16 @@ class PlanShape:
 COMPLETE_PRIOR = TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
 
 
-def fast_prior(
-    shape: PlanShape | None, size: ChangeSize | None, complete: TechniqueCost, pace: float = 1.0
-) -> TechniqueCost:
+def fast_prior(shape: PlanShape | None, size: ChangeSize | None, complete: TechniqueCost) -> TechniqueCost:
     """A steady FAST run's cost before any is measured. ``complete``: the COMPLETE cost (learnt from
-    the first build, usually), which prices a row read on this machine; ``pace``: how much slower
-    than the priors this machine runs (it scales the plan's part; the reads are priced by
-    ``complete``)."""
+    the first build, usually), which prices a row read on this machine."""
     if shape is None:
-        return TechniqueCost(FAST_FIXED_MS * pace, FAST_MS_PER_ROW * pace)
+        return TechniqueCost(FAST_FIXED_MS, FAST_MS_PER_ROW)
     fixed = FAST_FIXED_MS + FAST_MS_PER_SCAN * (len(shape.scans) - 1)
     fixed += (FAST_TREE_MS if shape.tree else 0.0) + (FAST_TOP_N_MS if shape.top_n else 0.0)
     share = FAST_TREE_READ_SHARE if shape.tree else FAST_JOIN_READ_SHARE
-    read = share * complete.ms_per_row * joined_rows(shape.scans, size)
-    return TechniqueCost(fixed * pace + read, FAST_MS_PER_ROW * pace)
+    fixed += share * complete.ms_per_row * joined_rows(shape.scans, size)
+    return TechniqueCost(fixed, FAST_MS_PER_ROW)
 
 
 def joined_rows(scans: Sequence[str], size: ChangeSize | None) -> int:
@@ -157,22 +153,18 @@ class CostModel:
     rebuild: TechniqueCost | None = None
 
     def pace(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> float:
-        """How much slower than the priors this machine runs, from the one technique measured for
-        this MV (its estimate over its prior's, for this run's rows; ``PACE_BOUNDS``): the other's
-        prior is scaled by it. 1 when both or neither are measured or the rows are unknown."""
-        if (self.fast is None) == (self.complete is None):
+        """How much slower than the priors this machine runs, from FAST measured for this MV while
+        COMPLETE is not (FAST's estimate over its prior's, for this run's rows; ``PACE_BOUNDS``): it
+        scales COMPLETE's prior. Not the other way round: COMPLETE's cost over its prior says as much
+        about the query's rows (a join's) as about the machine, and a FAST prior scaled up by it keeps
+        FORCE on COMPLETE, where FAST is never measured (1-row join, 1M rows: COMPLETE in 3 rounds,
+        7.8x FAST). 1 when the rows are unknown."""
+        rows = rows_handled(FAST, size)
+        if self.fast is None or self.complete is not None or rows is None:
             return 1.0
-        measured: TechniqueCost | None
-        if self.complete is not None:
-            rows = rows_handled(COMPLETE, size)
-            measured, prior = self.complete, COMPLETE_PRIOR
-        else:
-            rows = rows_handled(FAST, size)
-            measured, prior = self.fast, fast_prior(shape, size, COMPLETE_PRIOR)
-        if measured is None or rows is None or prior.estimate_ms(rows) <= 0:
-            return 1.0
+        prior = fast_prior(shape, size, COMPLETE_PRIOR).estimate_ms(rows)
         low, high = PACE_BOUNDS
-        return min(max(measured.estimate_ms(rows) / prior.estimate_ms(rows), low), high)
+        return min(max(self.fast.estimate_ms(rows) / prior, low), high) if prior > 0 else 1.0
 
     def complete_cost(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> TechniqueCost:
         """COMPLETE's cost; its prior at the pace FAST's measurement shows (``shape``, ``size``)."""
@@ -182,7 +174,7 @@ class CostModel:
         return TechniqueCost(COMPLETE_FIXED_MS * pace, COMPLETE_MS_PER_ROW * pace)
 
     def fast_cost(self, shape: PlanShape | None, size: ChangeSize | None) -> TechniqueCost:
-        return self.fast or fast_prior(shape, size, self.complete_cost(), self.pace(shape, size))
+        return self.fast or fast_prior(shape, size, self.complete_cost())
 
     def rebuild_cost(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> TechniqueCost:
         """A state rebuild reads the bases: its prior is COMPLETE's price of a row."""
