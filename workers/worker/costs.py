@@ -10,9 +10,13 @@ Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``
   run does not keep that state). Per row of the complete run; an MV that keeps no state learns 0
   (its first FAST run took no more than ``NO_REBUILD_FACTOR`` times a steady one's estimate).
 
-A cost not yet learnt is None and its prior is used. Learning (``CostModel.learned``): an average
-weighted by ``max(1 / (runs + 1), LEARNING_WEIGHT)``, so the first outcome replaces the prior (an
-uncalibrated prior is worth no more than one measurement) and later ones move it by at least 30 %.
+A cost not yet learnt is None and its prior is used; COMPLETE's at the machine's pace
+(``CostModel.pace``): the priors were calibrated on a quiet machine, and under load every run takes
+3-10x what they say, so a technique measured here would look dearer than the other's unmeasured
+prior (a 1-row aggregate's FAST measured at 3 s against a 1 s prior chose COMPLETE at its 1 s prior;
+it took 11 s). Learning (``CostModel.learned``): an average weighted by ``max(1 / (runs + 1),
+LEARNING_WEIGHT)``, so the first outcome replaces the prior (an uncalibrated prior is worth no more
+than one measurement) and later ones move it by at least 30 %.
 Calibration (SF 1 TPC-H baseline of session 23 and ``bench.fast_vs_complete`` at 1M rows, this
 2-core machine): a complete run reads ~0.5 µs a row; a steady FAST run costs ~0.8 s on one base,
 ~0.6 s more per further scan, ~3 s more for an operator tree and ~2 s for a top-N; its first run
@@ -42,6 +46,9 @@ FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.3, 0.5
 REBUILD_PRIOR_SHARE = 1.0
 # A first FAST run after a complete one within this factor of the steady prior rebuilt no state.
 NO_REBUILD_FACTOR = 2.0
+# The pace is at least 1 (FAST under its prior says the plan is light, not that the machine is fast)
+# and at most 10 (the loads seen: runs at 3-10x the priors).
+PACE_BOUNDS = (1.0, 10.0)
 # The priors before session 23, which commits of then kept as if learnt: read back as not learnt.
 _OLD_PRIORS = {FAST: (1200.0, 0.02), COMPLETE: (1000.0, 0.002)}
 
@@ -86,6 +93,9 @@ class PlanShape:
     @property
     def tree(self) -> bool:
         return self.kind == "tree"
+
+
+COMPLETE_PRIOR = TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
 
 
 def fast_prior(shape: PlanShape | None, size: ChangeSize | None, complete: TechniqueCost) -> TechniqueCost:
@@ -142,15 +152,34 @@ class CostModel:
     complete: TechniqueCost | None = None
     rebuild: TechniqueCost | None = None
 
-    def complete_cost(self) -> TechniqueCost:
-        return self.complete or TechniqueCost(COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW)
+    def pace(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> float:
+        """How much slower than the priors this machine runs, from FAST measured for this MV while
+        COMPLETE is not (FAST's estimate over its prior's, for this run's rows; ``PACE_BOUNDS``): it
+        scales COMPLETE's prior. Not the other way round: COMPLETE's cost over its prior says as much
+        about the query's rows (a join's) as about the machine, and a FAST prior scaled up by it keeps
+        FORCE on COMPLETE, where FAST is never measured (1-row join, 1M rows: COMPLETE in 3 rounds,
+        7.8x FAST). 1 when the rows are unknown."""
+        rows = rows_handled(FAST, size)
+        if self.fast is None or self.complete is not None or rows is None:
+            return 1.0
+        prior = fast_prior(shape, size, COMPLETE_PRIOR).estimate_ms(rows)
+        low, high = PACE_BOUNDS
+        return min(max(self.fast.estimate_ms(rows) / prior, low), high) if prior > 0 else 1.0
+
+    def complete_cost(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> TechniqueCost:
+        """COMPLETE's cost; its prior at the pace FAST's measurement shows (``shape``, ``size``)."""
+        if self.complete is not None:
+            return self.complete
+        pace = self.pace(shape, size)
+        return TechniqueCost(COMPLETE_FIXED_MS * pace, COMPLETE_MS_PER_ROW * pace)
 
     def fast_cost(self, shape: PlanShape | None, size: ChangeSize | None) -> TechniqueCost:
         return self.fast or fast_prior(shape, size, self.complete_cost())
 
-    def rebuild_cost(self) -> TechniqueCost:
+    def rebuild_cost(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> TechniqueCost:
         """A state rebuild reads the bases: its prior is COMPLETE's price of a row."""
-        return self.rebuild or TechniqueCost(0.0, REBUILD_PRIOR_SHARE * self.complete_cost().ms_per_row)
+        per_row = REBUILD_PRIOR_SHARE * self.complete_cost(shape, size).ms_per_row
+        return self.rebuild or TechniqueCost(0.0, per_row)
 
     def estimate_ms(
         self, technique: str, size: ChangeSize | None, shape: PlanShape | None = None
@@ -162,7 +191,9 @@ class CostModel:
             return None
         if technique == FAST:
             return self.fast_cost(shape, size).estimate_ms(rows)
-        return (self.complete_cost() if technique == COMPLETE else self.rebuild_cost()).estimate_ms(rows)
+        if technique == COMPLETE:
+            return self.complete_cost(shape, size).estimate_ms(rows)
+        return self.rebuild_cost(shape, size).estimate_ms(rows)
 
     def learned(
         self,
@@ -184,7 +215,7 @@ class CostModel:
         if rows is None:
             return self
         if technique == COMPLETE:
-            complete = self.complete_cost()
+            complete = self.complete_cost(shape, size)
             if size is not None and size.mv is None and took_ms >= complete.estimate_ms(rows):
                 return self  # a first build (it also makes the table) is no cheaper than a recompute
             return replace(self, complete=complete.learned(rows, took_ms))
@@ -194,7 +225,7 @@ class CostModel:
         read_rows = rows_handled(REBUILD, size)
         if read_rows is None:
             return self
-        steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost()
+        steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost(shape, size)
         if self.fast is None and took_ms <= NO_REBUILD_FACTOR * steady_ms:
             return replace(self, fast=fast.learned(rows, took_ms), rebuild=rebuild.learned(read_rows, 0.0))
         return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))

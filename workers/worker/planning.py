@@ -110,8 +110,8 @@ def plan_run(
     FAST cannot run now ("complete: first build", …), None when it can. ``shape``: the FAST plan's
     (its prior); ``after_complete``: the MV's last run recomputed it (a FAST run rebuilds its helper
     state). FAST stays strict: it recomputes only where it cannot be exact."""
-    steady_ms, complete_ms = model.estimate_ms(FAST, size, shape), model.estimate_ms(COMPLETE, size)
-    rebuild_ms = model.estimate_ms(REBUILD, size) if after_complete else 0.0
+    steady_ms, complete_ms = model.estimate_ms(FAST, size, shape), model.estimate_ms(COMPLETE, size, shape)
+    rebuild_ms = model.estimate_ms(REBUILD, size, shape) if after_complete else 0.0
     fast_ms = None if steady_ms is None or rebuild_ms is None else steady_ms + rebuild_ms
     complete = Candidate(COMPLETE, complete_ms, True)
 

@@ -199,6 +199,30 @@ def test_fasts_prior_grows_with_the_plan_and_the_bases_its_change_meets() -> Non
     assert measured.estimate_ms(FAST, only_big, join) == 300.0
 
 
+def test_an_unmeasured_technique_is_priced_at_the_pace_the_measured_one_shows() -> None:
+    """Under load every run takes several times its prior: the technique not measured yet is priced
+    at the pace of the one measured (bounded), not at the quiet machine's prior."""
+    one_row, shape = size(1, 1_000_000, 1), PlanShape("aggregate", ("sales",))  # COMPLETE prior 1.0 s
+    # bench.fast_vs_complete, 1-row aggregate: FAST measured at 3 s (its prior 0.8 s); COMPLETE
+    # unmeasured (the build, dearer than the prior, taught nothing) then took 11.5 s.
+    fast_measured = CostModel().learned(FAST, one_row, 3000.0, shape)
+    assert fast_measured.fast is not None and fast_measured.complete is None
+    assert fast_measured.pace(shape, one_row) == pytest.approx(3000.0 / (FAST_FIXED_MS + 0.02))
+    assert fast_measured.estimate_ms(COMPLETE, one_row, shape) == pytest.approx(1000.0 * 3000 / 800.02)
+    assert plan_run("FORCE", None, one_row, fast_measured, shape).choice == FAST
+    assert fast_measured.pace() == 1.0  # the sizes unknown: no pace
+    # Bounded: never faster than the priors, at most 10x slower.
+    light = CostModel(fast=TechniqueCost(100.0, 0.0, 1))
+    assert light.pace(shape, one_row) == 1.0
+    assert CostModel(fast=TechniqueCost(100_000.0, 0.0, 1)).pace(shape, one_row) == 10.0
+    # Not the other way: COMPLETE measured at 5x its prior (a join's rows, not only the machine)
+    # leaves FAST's prior as it is, so FAST is still probed and measured; both measured: no pace.
+    slow = CostModel(complete=TechniqueCost(0.0, 0.005, 1))
+    assert slow.pace(shape, one_row) == 1.0
+    assert slow.estimate_ms(FAST, one_row, shape) == pytest.approx(FAST_FIXED_MS + 0.02)
+    assert replace(slow, fast=TechniqueCost(3000.0, 0.0, 1)).pace(shape, one_row) == 1.0
+
+
 def test_a_fast_run_after_a_complete_one_counts_its_state_rebuild() -> None:
     """The rebuild is in FAST's estimate of the run and, spread over REBUILD_PAYBACK_RUNS runs, in
     the choice: FAST's steady runs pay it back."""
