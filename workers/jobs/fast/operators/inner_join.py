@@ -105,9 +105,18 @@ def _keyed_term(
         view = keyed.outer_view
         outer = ev.restricted(inputs[view], view in at_new, keyed.outer_column, keys, nulls=nulls)
         keys = ev.distinct_keys(ev.sql(keyed.outer_keys, {view: outer}))
-    for view, column in block.reached_by(keyed.outer_view, keyed.outer_column).items():
+    reached = block.reached_by(keyed.outer_view, keyed.outer_column)
+    if any(
+        view != node.view and column == keyed.column and ev.same(inputs[view], node)
+        for view, column in reached.items()
+    ):
+        # Another occurrence of the keyed input reads the same rows at new (TPC-H Q17's lineitem,
+        # outside its correlated subquery and in it): read once and held, its rows at old derived.
+        new, old = ev.restricted_once(node, keyed.column, keys, nulls=nulls)
+    else:
+        new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
+        old = ev.restricted(node, False, keyed.column, keys, nulls=nulls)
+    for view, column in reached.items():
         if view != node.view:
             tables[view] = ev.restricted(inputs[view], view in at_new, column, keys, nulls=nulls)
-    new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
-    old = ev.restricted(node, False, keyed.column, keys, nulls=nulls)
     return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})

@@ -53,6 +53,10 @@ class Evaluation(Protocol):
 
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame: ...
 
+    def restricted_once(self, node: Node, column: str, keys: Keys, *, nulls: bool) -> Signed: ...
+
+    def same(self, node: Node, other: Node) -> bool: ...
+
 
 def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
     """The groups the input's change reaches, recomputed at new (gained) and at old (lost)."""
