@@ -91,10 +91,16 @@ def _keyed_term(
     input and every input an equality ties to it (``Block.reached_by``) restricted, each as far as the
     sum has stepped (``at_new``: at new; a FULL JOIN's other side may not be)."""
     if keyed.column is None or keyed.outer_view is None or keyed.outer_column is None:
-        return (
-            ev.sql(block.sql, {**current, node.view: ev.at(node, True)}),
-            ev.sql(block.sql, {**current, node.view: ev.at(node, False)}),
-        )
+        twins = [n.view for n in block.inputs if n.view != node.view and ev.same(n, node)]
+        if not twins or isinstance(node, Scan):  # a base is not held whole
+            return (
+                ev.sql(block.sql, {**current, node.view: ev.at(node, True)}),
+                ev.sql(block.sql, {**current, node.view: ev.at(node, False)}),
+            )
+        # Another occurrence reads the same subtree (TPC-H Q15's revenue): computed once, held.
+        new, old = ev.at_once(node)
+        tables = {**current, **{v: new if v in at_new else old for v in twins}}
+        return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})
     keys = ev.keys(node, keyed.column)
     inputs = {n.view: n for n in block.inputs}
     tables = dict(current)

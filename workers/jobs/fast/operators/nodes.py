@@ -8,6 +8,7 @@ reads and joins only their rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
@@ -42,6 +43,7 @@ class Evaluation:
     _held_reads: dict[tuple[str, str, int, bool], tuple[Keys, DataFrame, DataFrame]] = field(
         default_factory=dict
     )
+    _held_at: set[str] = field(default_factory=set)  # identities whose ``_at`` are held (``at_once``)
     # Each interior node's change rows (both signs), in the order held: what the run says it touched.
     changed_rows: list[tuple[Node, int]] = field(default_factory=list)
 
@@ -128,24 +130,39 @@ class Evaluation:
         """``node`` and ``other`` compute the same rows (one subtree, or scans of one base)."""
         return self._id(node) == self._id(other)
 
+    def _with_old(self, node: Node, rows: DataFrame, restrict: Callable[[DataFrame], DataFrame]) -> Signed:
+        """``rows`` (``node``'s rows at new that ``restrict`` keeps) held, and ``node``'s rows at old
+        that it keeps derived from them and its change rows, not read again: as bags old ⊎ gained =
+        new ⊎ lost, so old = (new ⊎ lost) − gained (EXCEPT ALL: exact, duplicates included)."""
+        delta = self.delta(node)
+        assert delta is not None
+        new = hold_counted(self.scope.session, rows)[0]
+        gained, lost = (restrict(d) for d in delta)
+        if len(set(new.columns)) == len(new.columns):  # by name (a base's change rows: their order)
+            gained, lost = (d.select(*[F.col(f"`{c}`") for c in new.columns]) for d in (gained, lost))
+        return new, new.union(lost).exceptAll(gained)  # else by position: the node's own SQL
+
+    def at_once(self, node: Node) -> Signed:
+        """``node``'s rows at new and at old (``at``), computed once: at new held, at old derived
+        (``_with_old``); every later ``at`` of the same subtree takes them (TPC-H Q15's revenue, read
+        by the join and by the scalar subquery)."""
+        found = self._id(node)
+        if found not in self._held_at:
+            new, old = self._with_old(node, self.at(node, True), lambda rows: rows)
+            self._at[(found, True)], self._at[(found, False)] = new, old
+            self._held_at.add(found)
+        return self._at[(found, True)], self._at[(found, False)]
+
     def restricted_once(self, node: Node, column: str, keys: Keys, *, nulls: bool) -> Signed:
-        """``node``'s rows restricted (``restricted``) at new and at old, read once: the rows at new
-        held, those at old derived from them and ``node``'s change rows restricted alike (as bags,
-        old ⊎ gained = new ⊎ lost, so old = (new ⊎ lost) − gained, EXCEPT ALL: exact, duplicates
-        included); later ``restricted`` calls of the same rows (another occurrence of the same base
-        at new: TPC-H Q17's lineitem outside its subquery) take the held rows too."""
+        """``node``'s rows restricted (``restricted``) at new and at old, read once: at new held, at
+        old derived (``_with_old``); later ``restricted`` calls of the same rows (another occurrence
+        of the same base at new: TPC-H Q17's lineitem outside its subquery) take the held rows."""
         memo = (self._id(node), column.lower(), id(keys), nulls)
         if memo not in self._held_reads:
-            delta = self.delta(node)
-            assert delta is not None
-            new = hold_counted(self.scope.session, self.restricted(node, True, column, keys, nulls=nulls))[0]
-            gained, lost = (
-                restricted_rows(d, column, keys, nulls=nulls, held=True).select(
-                    *[F.col(f"`{c}`") for c in new.columns]
-                )
-                for d in delta
+            rows = self.restricted(node, True, column, keys, nulls=nulls)
+            new, old = self._with_old(
+                node, rows, lambda d: restricted_rows(d, column, keys, nulls=nulls, held=True)
             )
-            old = new.union(lost).exceptAll(gained)
             self._held_reads[memo] = (keys, new, old)  # ``keys`` kept alive: its id is in the memo
         _, new, old = self._held_reads[memo]
         return new, old
