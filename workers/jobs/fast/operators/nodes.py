@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import Aggregate, Node, Scan, Union, identity
+from workers.ddl.tree.values import Aggregate, Keyed, Node, Scan, Union, identity
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.operators.inner_join import block_delta
@@ -43,6 +43,8 @@ class Evaluation:
     _held_reads: dict[tuple[str, str, int, bool], tuple[Keys, DataFrame, DataFrame]] = field(
         default_factory=dict
     )
+    _keys: dict[tuple[str, str], Keys] = field(default_factory=dict)
+    _outer_keys: dict[tuple[str, str, bool, int, bool], tuple[Keys, Keys]] = field(default_factory=dict)
     _held_at: set[str] = field(default_factory=set)  # identities whose ``_at`` are held (``at_once``)
     # Each interior node's change rows (both signs), in the order held: what the run says it touched.
     changed_rows: list[tuple[Node, int]] = field(default_factory=list)
@@ -114,11 +116,29 @@ class Evaluation:
 
     def keys(self, node: Node, column: str) -> Keys:
         """The distinct values of ``column`` among ``node``'s change rows (both signs), held (no job
-        where the change rows are held on the driver: ``hold_distinct``)."""
-        delta = self.delta(node)
-        assert delta is not None
-        both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[self._id(node)]
-        return self.distinct_keys(both.select(F.col(f"`{column}`")))
+        where the change rows are held on the driver: ``hold_distinct``); once per subtree and column."""
+        memo = (self._id(node), column.lower())
+        if memo not in self._keys:
+            delta = self.delta(node)
+            assert delta is not None
+            both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[memo[0]]
+            self._keys[memo] = self.distinct_keys(both.select(F.col(f"`{column}`")))
+        return self._keys[memo]
+
+    def outer_keys(self, keyed: Keyed, outer: Node, new: bool, keys: Keys, *, nulls: bool) -> Keys:
+        """Those of ``keys`` that a row of ``outer`` (at new, or at old) passing the block's own
+        conditions on it holds (``Keyed.outer_keys``), held; once per version of ``outer`` and
+        ``keys``, so that every step restricting ``keyed``'s input by them restricts it alike."""
+        assert keyed.outer_keys is not None and keyed.outer_column is not None
+        new = new and self.changed(outer)  # an unchanged input: one version
+        memo = (keyed.outer_keys, self._id(outer), new, id(keys), nulls)
+        if memo not in self._outer_keys:
+            rows = self.restricted(outer, new, keyed.outer_column, keys, nulls=nulls)
+            self._outer_keys[memo] = (
+                keys,
+                self.distinct_keys(self.sql(keyed.outer_keys, {outer.view: rows})),
+            )
+        return self._outer_keys[memo][1]
 
     def distinct_keys(self, rows: DataFrame) -> Keys:
         """The distinct values of ``rows``' one column, held (``hold_distinct``)."""
