@@ -96,13 +96,15 @@ NESTED_SHAPES = [
     ),
     # An interior aggregate (a CTE) joined to a base and read again by an uncorrelated scalar
     # subquery (Q15: one subtree, computed once), a LEFT JOIN whose right side's columns are output
-    # (NULL-padded), a scalar subquery correlated to the table it is over (Q17: read once, held).
+    # (NULL-padded), a scalar subquery over the base it is compared with, correlated to the aggregate
+    # and narrowed by its own condition (Q17: the base restricted alike in and outside the subquery,
+    # read once and held).
     Shape(
         "tree",
         "WITH s AS (SELECT c.k2, SUM(c.v) AS total, COUNT(*) AS n FROM {t2} c GROUP BY c.k2) "
         "SELECT a.k1, a.v, s.total, s.n, b.v AS bv FROM {t0} a JOIN s ON s.k2 = a.k2 "
-        "LEFT JOIN {t1} b ON b.k1 = a.k1 WHERE a.v < (SELECT AVG(a2.v) FROM {t0} a2 WHERE a2.k1 = a.k1) "
-        "OR s.total >= (SELECT MAX(s2.total) FROM s s2)",
+        "LEFT JOIN {t1} b ON b.k1 = a.k1 WHERE s.n > 1 AND (a.v < (SELECT AVG(a2.v) FROM {t0} a2 "
+        "WHERE a2.k2 = s.k2) OR s.total >= (SELECT MAX(s2.total) FROM s s2))",
         3,
     ),
     # A LEFT JOIN under a nested aggregate (Q13) over an uncorrelated NOT IN, COUNT(DISTINCT …) at

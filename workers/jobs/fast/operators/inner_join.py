@@ -99,6 +99,8 @@ def _narrowed_for(
             outer = keyed.outer_view
             if keyed.outer_keys is None or outer is None or reached.get(outer) != keyed.outer_column:
                 continue
+            if outer == node.view:  # the term's outer rows are the change rows, not a version's rows
+                continue
             narrower = ev.outer_keys(
                 keyed, inputs[outer], outer in at_new, ev.keys(node, column), nulls=False
             )
