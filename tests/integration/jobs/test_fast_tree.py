@@ -94,14 +94,17 @@ NESTED_SHAPES = [
         "AND a.v NOT IN (SELECT c.v FROM {t2} c WHERE c.k1 = a.k1)",
         3,
     ),
-    # An interior aggregate joined to a base, a LEFT JOIN whose right side's columns are output
-    # (NULL-padded), correlated and uncorrelated scalar subqueries (Q2, Q15, Q17, Q22).
+    # An interior aggregate (a CTE) joined to a base and read again by an uncorrelated scalar
+    # subquery (Q15: one subtree, computed once), a LEFT JOIN whose right side's columns are output
+    # (NULL-padded), a scalar subquery over the base it is compared with, correlated to the aggregate
+    # and narrowed by its own condition (Q17: the base restricted alike in and outside the subquery,
+    # read once and held).
     Shape(
         "tree",
-        "SELECT a.k1, a.v, s.total, s.n, b.v AS bv FROM {t0} a JOIN (SELECT c.k2, SUM(c.v) AS total, "
-        "COUNT(*) AS n FROM {t2} c GROUP BY c.k2) s ON s.k2 = a.k2 LEFT JOIN {t1} b ON b.k1 = a.k1 "
-        "WHERE a.v < (SELECT AVG(c2.v) FROM {t2} c2 WHERE c2.k1 = a.k1) OR a.x > (SELECT MAX(b2.x) "
-        "FROM {t1} b2)",
+        "WITH s AS (SELECT c.k2, SUM(c.v) AS total, COUNT(*) AS n FROM {t2} c GROUP BY c.k2) "
+        "SELECT a.k1, a.v, s.total, s.n, b.v AS bv FROM {t0} a JOIN s ON s.k2 = a.k2 "
+        "LEFT JOIN {t1} b ON b.k1 = a.k1 WHERE s.n > 1 AND (a.v < (SELECT AVG(a2.v) FROM {t0} a2 "
+        "WHERE a2.k2 = s.k2) OR s.total >= (SELECT MAX(s2.total) FROM s s2))",
         3,
     ),
     # A LEFT JOIN under a nested aggregate (Q13) over an uncorrelated NOT IN, COUNT(DISTINCT …) at

@@ -18,6 +18,7 @@ from workers.ddl.tree.values import (
     Keyed,
     TreePlan,
     Union,
+    identity,
     tree_from_json,
     tree_json,
 )
@@ -100,6 +101,34 @@ def test_a_cte_read_twice_is_two_scans_of_its_table() -> None:
     assert [s.table for s in tree.scans] == ["t", "t"] and tree.top == "projection"
     assert tree.block_sql.count("> 0") == 2  # each copy keeps the CTE's filter
     assert tree.filtered and len(tree.keys) == 1
+
+
+def test_a_cte_read_twice_is_one_subtree_by_identity_computed_once() -> None:
+    info = analyze_query(load_queries()["q15"], columns_of=tpch_columns)
+    assert info.fast_refresh is not None and info.fast_refresh.tree is not None, info.fast_reason
+    tree = tree_from_json(info.fast_refresh.tree)
+    assert tree.root is not None
+    supplier, revenue, subquery = tree.root.inputs  # the join's revenue0, the scalar subquery's
+    assert isinstance(revenue, Aggregate) and isinstance(subquery, Aggregate)
+    assert revenue.view != subquery.view  # each occurrence bound to its own frame by the block
+    assert identity(revenue) == identity(subquery) != identity(revenue.input)
+    assert identity(revenue) != identity(supplier)
+    assert (
+        "aggregate by supplier_no: the same subtree as an earlier occurrence, computed once"
+        in tree.describe()
+    )
+    assert tree.describe().count("aggregate by supplier_no: recompute of the groups reached (keyed)") == 1
+
+
+def test_subtrees_that_differ_have_different_identities() -> None:
+    tree = tree_of(
+        "SELECT a.g, a.n, b.n AS bn FROM (SELECT g, COUNT(*) AS n FROM t WHERE v > 0 GROUP BY g) a "
+        "JOIN (SELECT g, COUNT(*) AS n FROM t WHERE v > 1 GROUP BY g) b ON a.g = b.g"
+    )
+    assert tree.root is not None
+    first, second = tree.root.inputs
+    assert identity(first) != identity(second)  # the same shape, another condition
+    assert not any("computed once" in line for line in tree.describe())
 
 
 def test_group_by_expressions_and_aggregate_arguments_become_input_columns() -> None:

@@ -18,6 +18,7 @@ in the inputs it joins (``Block.inputs`` minus ``Block.keyed``) and is recompute
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -192,7 +193,7 @@ class TreePlan:
 
     def describe(self) -> list[str]:
         """One line per operator, "operator: rule", from the leaves up (for run messages, EXPLAIN)."""
-        lines = _describe(self.block)
+        lines = _describe(self.block, set())
         if self.top == "projection":
             lines.append("project (top): signed rows merged into the MV by row value")
         else:
@@ -203,10 +204,10 @@ class TreePlan:
         return lines
 
 
-def _describe(block: Block) -> list[str]:
+def _describe(block: Block, seen: set[str]) -> list[str]:
     lines: list[str] = []
     for node in block.inputs:
-        lines.extend(_describe_node(node))
+        lines.extend(_describe_node(node, seen))
     linear = len(block.inputs) - len(block.keyed)
     if linear > 1:
         lines.append(f"inner join of {linear} inputs: linear, Σ_i T1'⋈…⋈ΔTi⋈…⋈Tn over the occurrences")
@@ -223,13 +224,17 @@ def _describe(block: Block) -> list[str]:
     return lines
 
 
-def _describe_node(node: Node) -> list[str]:
+def _describe_node(node: Node, seen: set[str]) -> list[str]:
     if isinstance(node, Scan):
         return [f"scan {node.table} AS {node.alias}: MV-log change rows"]
+    found = identity(node)
+    if found in seen:
+        return [f"{label(node)}: the same subtree as an earlier occurrence, computed once"]
+    seen.add(found)
     if isinstance(node, Block):
-        return _describe(node)
+        return _describe(node, seen)
     if isinstance(node, Union):
-        lines = [line for n in node.inputs for line in _describe_node(n)]
+        lines = [line for n in node.inputs for line in _describe_node(n, seen)]
         return [*lines, f"union all of {len(node.inputs)} inputs: linear, the signed union of their changes"]
     reached = "partitions" if node.operator.startswith("window") else "groups"
     what = (
@@ -237,7 +242,7 @@ def _describe_node(node: Node) -> list[str]:
         if node.key
         else ": recomputed whole"
     )
-    return [*_describe(node.input), f"{node.operator}{what}"]
+    return [*_describe(node.input, seen), f"{node.operator}{what}"]
 
 
 def label(node: Node) -> str:
@@ -250,6 +255,21 @@ def label(node: Node) -> str:
         kinds = list(dict.fromkeys(k.operator for k in node.keyed))
         return f"block of {len(node.inputs)} inputs" + (f" with {' and '.join(kinds)}" if kinds else "")
     return f"scan {node.table}"
+
+
+_VIEW_NAME = re.compile(r"__mvs_(?:scan|node)\d+\b")
+
+
+def identity(node: Node) -> str:
+    """What ``node`` computes, whatever its views are named: its record with every view of its subtree
+    renamed by order of first appearance. Two occurrences of one subtree (a CTE or derived table read
+    twice, inlined as two copies with views of their own: a block binds each occurrence to its own
+    frame) have one identity, so a run computes their rows and changes once (TPC-H Q15's revenue)."""
+    if isinstance(node, Scan):
+        return f"scan {node.table}"  # a base's rows and changes: the alias is the reader's
+    names: dict[str, str] = {}
+    text = json.dumps(_node_record(node), sort_keys=True)
+    return _VIEW_NAME.sub(lambda m: names.setdefault(m.group(0), f"__v{len(names)}"), text)
 
 
 def _key_record(key: JoinKey) -> list[str]:

@@ -16,7 +16,10 @@ is a subquery's input correlated to it.
 The inputs the block is not linear in (``Block.keyed``: the right side of a LEFT JOIN, the left of a
 RIGHT JOIN, both sides of a FULL JOIN, a subquery's tables) come after, one step each of the same
 telescoping sum with every linear input at new: the block recomputed for the keys their change
-reaches (``keyed``).
+reaches (``keyed``). Rows two occurrences read alike are read once: a subtree read twice and keyed
+whole is held before any step (``Evaluation.at_once``), and a keyed input restricted like another
+occurrence of the same base (TPC-H Q17's lineitem in and outside its subquery) is read at new once,
+held, and its rows at old derived (``_keyed_rows``).
 """
 
 from __future__ import annotations
@@ -27,20 +30,29 @@ from pyspark.sql import DataFrame
 
 from workers.ddl.tree.values import Block, Keyed, Node, Scan
 from workers.jobs.fast.join import narrowed
-from workers.jobs.fast.operators.keyed import KEY, Evaluation, Signed
+from workers.jobs.fast.operators.keyed import KEY, Evaluation, Keys, Signed
 
 
 def block_delta(ev: Evaluation, block: Block) -> Signed | None:
     """Σ over the block's changed inputs of its term (gained rows, lost rows); None when none changed."""
     gained: list[DataFrame] = []
     lost: list[DataFrame] = []
+    for node in block.inputs:  # a subtree read twice, one occurrence keyed whole (TPC-H Q15's revenue):
+        keyed = block.keyed_input(node.view)  # computed once, held, before any step reads it (``at``)
+        whole = keyed is not None and keyed.column is None and not isinstance(node, Scan)
+        if (
+            whole
+            and ev.delta(node) is not None
+            and any(ev.same(n, node) for n in block.inputs if n is not node)
+        ):
+            ev.at_once(node)
     current = {n.view: ev.at(n, False) for n in block.inputs}
     at_new: set[str] = set()  # the inputs ``current`` holds at new (the sum's steps so far)
     linear = [n for n in block.inputs if block.keyed_input(n.view) is None]
     for node in linear:
         delta = ev.delta(node)
         if delta is not None:
-            tables = _narrowed_for(ev, block, node, current)
+            tables = _narrowed_for(ev, block, node, current, at_new)
             gained.append(ev.sql(block.sql, {**tables, node.view: delta[0]}))
             lost.append(ev.sql(block.sql, {**tables, node.view: delta[1]}))
         current[node.view] = ev.at(node, True)
@@ -59,11 +71,13 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
 
 
 def _narrowed_for(
-    ev: Evaluation, block: Block, node: Node, current: dict[str, DataFrame]
+    ev: Evaluation, block: Block, node: Node, current: dict[str, DataFrame], at_new: set[str]
 ) -> dict[str, DataFrame]:
     """The other inputs as ``node``'s term reads them, each an equality ties to one of its columns,
     directly or through other inputs (``Block.reached_by``: a subquery correlated to an input
-    joined to it), narrowed to the keys its change holds (once for both signs)."""
+    joined to it), narrowed to the keys its change holds (once for both signs); a keyed input whose
+    outer input is reached, to the keys an outer row passing its own conditions holds, as its own
+    step reads it (``_keyed_rows``: TPC-H Q17's lineitem read once for both)."""
     tables = dict(current)
     inputs = {n.view: n for n in block.inputs}
     columns = dict.fromkeys(column for (view, column), _ in block.ties(left_joins=True) if view == node.view)
@@ -74,13 +88,42 @@ def _narrowed_for(
         else:
             found = ev.keys(node, column)
             keys, key, rows = found.frame, KEY, found.rows
-        for other, other_column in block.reached_by(node.view, column).items():
+        reached = block.reached_by(node.view, column)
+        for other, other_column in reached.items():
             if other != node.view:
                 held = ev.frames.is_held(inputs[other])
                 tables[other] = narrowed(
                     tables[other], other_column, keys, key, nulls=False, held=held, rows=rows
                 )
+        for keyed in block.keyed:
+            outer = keyed.outer_view
+            if keyed.outer_keys is None or outer is None or reached.get(outer) != keyed.outer_column:
+                continue
+            if outer == node.view:  # the term's outer rows are the change rows, not a version's rows
+                continue
+            narrower = ev.outer_keys(
+                keyed, inputs[outer], outer in at_new, ev.keys(node, column), nulls=False
+            )
+            tables[keyed.view] = _keyed_rows(ev, block, keyed, narrower, reached, nulls=False)[1]  # at old
     return tables
+
+
+def _keyed_rows(
+    ev: Evaluation, block: Block, keyed: Keyed, keys: Keys, reached: dict[str, str], *, nulls: bool
+) -> Signed:
+    """The keyed input's rows restricted to ``keys``, at new and at old; read once and held, its rows
+    at old derived (``restricted_once``), where another occurrence of the same rows is restricted
+    alike (``reached``: TPC-H Q17's lineitem, outside its correlated subquery and in it)."""
+    assert keyed.column is not None
+    inputs = {n.view: n for n in block.inputs}
+    node = inputs[keyed.view]
+    if ev.delta(node) is not None and any(
+        view != node.view and column == keyed.column and ev.same(inputs[view], node)
+        for view, column in reached.items()
+    ):
+        return ev.restricted_once(node, keyed.column, keys, nulls=nulls)
+    new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
+    return new, ev.restricted(node, False, keyed.column, keys, nulls=nulls)
 
 
 def _keyed_term(
@@ -103,11 +146,10 @@ def _keyed_term(
     nulls = keyed.null_keys
     if keyed.outer_keys is not None:  # only the keys an outer row passing its own conditions holds
         view = keyed.outer_view
-        outer = ev.restricted(inputs[view], view in at_new, keyed.outer_column, keys, nulls=nulls)
-        keys = ev.distinct_keys(ev.sql(keyed.outer_keys, {view: outer}))
-    for view, column in block.reached_by(keyed.outer_view, keyed.outer_column).items():
+        keys = ev.outer_keys(keyed, inputs[view], view in at_new, keys, nulls=nulls)
+    reached = block.reached_by(keyed.outer_view, keyed.outer_column)
+    new, old = _keyed_rows(ev, block, keyed, keys, reached, nulls=nulls)
+    for view, column in reached.items():
         if view != node.view:
             tables[view] = ev.restricted(inputs[view], view in at_new, column, keys, nulls=nulls)
-    new = ev.restricted(node, True, keyed.column, keys, nulls=nulls)
-    old = ev.restricted(node, False, keyed.column, keys, nulls=nulls)
     return ev.sql(block.sql, {**tables, node.view: new}), ev.sql(block.sql, {**tables, node.view: old})

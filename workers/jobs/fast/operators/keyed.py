@@ -17,7 +17,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from workers.ddl.tree.values import Aggregate, Node
+from workers.ddl.tree.values import Aggregate, Keyed, Node
 from workers.jobs.fast.operators.scan import ScanFrames
 
 KEY = "__mvs_key"  # the one column of a set of key values
@@ -52,6 +52,14 @@ class Evaluation(Protocol):
     def distinct_keys(self, rows: DataFrame) -> Keys: ...
 
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame: ...
+
+    def at_once(self, node: Node) -> Signed: ...
+
+    def outer_keys(self, keyed: Keyed, outer: Node, new: bool, keys: Keys, *, nulls: bool) -> Keys: ...
+
+    def restricted_once(self, node: Node, column: str, keys: Keys, *, nulls: bool) -> Signed: ...
+
+    def same(self, node: Node, other: Node) -> bool: ...
 
 
 def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:

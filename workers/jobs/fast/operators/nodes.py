@@ -8,12 +8,13 @@ reads and joins only their rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from workers.ddl.tree.values import Aggregate, Node, Scan, Union
+from workers.ddl.tree.values import Aggregate, Keyed, Node, Scan, Union, identity
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.operators.inner_join import block_delta
@@ -29,13 +30,22 @@ _GAINED = "__mvs_gained"  # a held change row's sign (true: gained), beside the 
 
 @dataclass
 class Evaluation:
-    """One run's view of the tree's nodes (memoized per node: each is built once)."""
+    """One run's view of the tree's nodes (memoized per node: each is built once, and so is a subtree
+    read twice, by its ``identity``)."""
 
     scope: apply.Scope
     frames: ScanFrames
     _at: dict[tuple[str, bool], DataFrame] = field(default_factory=dict)
     _delta: dict[str, Signed | None] = field(default_factory=dict)
     _both: dict[str, DataFrame] = field(default_factory=dict)  # held changes, both signs (``_GAINED``)
+    _identity: dict[str, str] = field(default_factory=dict)  # by view
+    # Rows read restricted once and held, at new and at old, by (identity, column, keys, nulls).
+    _held_reads: dict[tuple[str, str, int, bool], tuple[Keys, DataFrame, DataFrame]] = field(
+        default_factory=dict
+    )
+    _keys: dict[tuple[str, str], Keys] = field(default_factory=dict)
+    _outer_keys: dict[tuple[str, str, bool, int, bool], tuple[Keys, Keys]] = field(default_factory=dict)
+    _held_at: set[str] = field(default_factory=set)  # identities whose ``_at`` are held (``at_once``)
     # Each interior node's change rows (both signs), in the order held: what the run says it touched.
     changed_rows: list[tuple[Node, int]] = field(default_factory=list)
 
@@ -43,6 +53,12 @@ class Evaluation:
         self.scope.views.update(tables)
         scope = self.scope
         return run_query(scope.session, scope.settings, query, tables, mv_name=scope.mv_name)
+
+    def _id(self, node: Node) -> str:
+        found = self._identity.get(node.view)
+        if found is None:
+            found = self._identity[node.view] = identity(node)
+        return found
 
     def changed(self, node: Node) -> bool:
         if isinstance(node, Scan):
@@ -57,13 +73,13 @@ class Evaluation:
             return (self.frames.new if new else self.frames.old)[node.table]
         if not self.changed(node):
             new = False  # one frame for both
-        found = self._at.get((node.view, new))
+        found = self._at.get((self._id(node), new))
         if found is None:
             if isinstance(node, Aggregate):
                 found = self.sql(node.sql, {node.input.view: self.at(node.input, new)})
             else:
                 found = self.sql(node.sql, {n.view: self.at(n, new) for n in node.inputs})
-            self._at[(node.view, new)] = found
+            self._at[(self._id(node), new)] = found
         return found
 
     def delta(self, node: Node) -> Signed | None:
@@ -76,7 +92,7 @@ class Evaluation:
             gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*_CHANGE_COLUMNS)
             lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
             return gained, lost
-        if node.view not in self._delta:
+        if self._id(node) not in self._delta:
             if isinstance(node, Aggregate):
                 found = aggregate_delta(self, node)
             elif isinstance(node, Union):
@@ -85,8 +101,8 @@ class Evaluation:
                 found = block_delta(self, node)
             if found is not None:  # an interior node's change: computed once, read by every use
                 found = self._held(node, found)
-            self._delta[node.view] = found
-        return self._delta[node.view]
+            self._delta[self._id(node)] = found
+        return self._delta[self._id(node)]
 
     def _held(self, node: Node, signed: Signed) -> Signed:
         """Both signs of ``node``'s change computed by one query (the inputs both read are read
@@ -94,17 +110,35 @@ class Evaluation:
         # By position: both signs are the same SQL over the same inputs (its names may repeat).
         both = signed[0].withColumn(_GAINED, F.lit(True)).union(signed[1].withColumn(_GAINED, F.lit(False)))
         held, rows = hold_counted(self.scope.session, both)
-        self._both[node.view] = held
+        self._both[self._id(node)] = held
         self.changed_rows.append((node, rows))
         return held.where(F.col(_GAINED)).drop(_GAINED), held.where(~F.col(_GAINED)).drop(_GAINED)
 
     def keys(self, node: Node, column: str) -> Keys:
         """The distinct values of ``column`` among ``node``'s change rows (both signs), held (no job
-        where the change rows are held on the driver: ``hold_distinct``)."""
-        delta = self.delta(node)
-        assert delta is not None
-        both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[node.view]
-        return self.distinct_keys(both.select(F.col(f"`{column}`")))
+        where the change rows are held on the driver: ``hold_distinct``); once per subtree and column."""
+        memo = (self._id(node), column.lower())
+        if memo not in self._keys:
+            delta = self.delta(node)
+            assert delta is not None
+            both = self.frames.reads[node.table].frame if isinstance(node, Scan) else self._both[memo[0]]
+            self._keys[memo] = self.distinct_keys(both.select(F.col(f"`{column}`")))
+        return self._keys[memo]
+
+    def outer_keys(self, keyed: Keyed, outer: Node, new: bool, keys: Keys, *, nulls: bool) -> Keys:
+        """Those of ``keys`` that a row of ``outer`` (at new, or at old) passing the block's own
+        conditions on it holds (``Keyed.outer_keys``), held; once per version of ``outer`` and
+        ``keys``, so that every step restricting ``keyed``'s input by them restricts it alike."""
+        assert keyed.outer_keys is not None and keyed.outer_column is not None
+        new = new and self.changed(outer)  # an unchanged input: one version
+        memo = (keyed.outer_keys, self._id(outer), new, id(keys), nulls)
+        if memo not in self._outer_keys:
+            rows = self.restricted(outer, new, keyed.outer_column, keys, nulls=nulls)
+            self._outer_keys[memo] = (
+                keys,
+                self.distinct_keys(self.sql(keyed.outer_keys, {outer.view: rows})),
+            )
+        return self._outer_keys[memo][1]
 
     def distinct_keys(self, rows: DataFrame) -> Keys:
         """The distinct values of ``rows``' one column, held (``hold_distinct``)."""
@@ -112,10 +146,54 @@ class Evaluation:
         frame, count = hold_distinct(self.scope.session, values)
         return Keys(frame, count)
 
+    def same(self, node: Node, other: Node) -> bool:
+        """``node`` and ``other`` compute the same rows (one subtree, or scans of one base)."""
+        return self._id(node) == self._id(other)
+
+    def _with_old(self, node: Node, rows: DataFrame, restrict: Callable[[DataFrame], DataFrame]) -> Signed:
+        """``rows`` (``node``'s rows at new that ``restrict`` keeps) held, and ``node``'s rows at old
+        that it keeps derived from them and its change rows, not read again: as bags old ⊎ gained =
+        new ⊎ lost, so old = (new ⊎ lost) − gained (EXCEPT ALL: exact, duplicates included)."""
+        delta = self.delta(node)
+        assert delta is not None
+        new = hold_counted(self.scope.session, rows)[0]
+        gained, lost = (restrict(d) for d in delta)
+        if len(set(new.columns)) == len(new.columns):  # by name (a base's change rows: their order)
+            gained, lost = (d.select(*[F.col(f"`{c}`") for c in new.columns]) for d in (gained, lost))
+        return new, new.union(lost).exceptAll(gained)  # else by position: the node's own SQL
+
+    def at_once(self, node: Node) -> Signed:
+        """``node``'s rows at new and at old (``at``), computed once: at new held, at old derived
+        (``_with_old``); every later ``at`` of the same subtree takes them (TPC-H Q15's revenue, read
+        by the join and by the scalar subquery)."""
+        found = self._id(node)
+        if found not in self._held_at:
+            new, old = self._with_old(node, self.at(node, True), lambda rows: rows)
+            self._at[(found, True)], self._at[(found, False)] = new, old
+            self._held_at.add(found)
+        return self._at[(found, True)], self._at[(found, False)]
+
+    def restricted_once(self, node: Node, column: str, keys: Keys, *, nulls: bool) -> Signed:
+        """``node``'s rows restricted (``restricted``) at new and at old, read once: at new held, at
+        old derived (``_with_old``); later ``restricted`` calls of the same rows (another occurrence
+        of the same base at new: TPC-H Q17's lineitem outside its subquery) take the held rows."""
+        memo = (self._id(node), column.lower(), id(keys), nulls)
+        if memo not in self._held_reads:
+            rows = self.restricted(node, True, column, keys, nulls=nulls)
+            new, old = self._with_old(
+                node, rows, lambda d: restricted_rows(d, column, keys, nulls=nulls, held=True)
+            )
+            self._held_reads[memo] = (keys, new, old)  # ``keys`` kept alive: its id is in the memo
+        _, new, old = self._held_reads[memo]
+        return new, old
+
     def restricted(self, node: Node, new: bool, column: str, keys: Keys, *, nulls: bool) -> DataFrame:
         """``node``'s rows whose ``column`` is among ``keys`` (NULL-safe when ``nulls``), exactly
         (``restrict``): read restricted at the scans where the column's lineage and the node's
         equalities reach, so that recomputing a few keys reads and joins only their rows."""
+        held = self._held_reads.get((self._id(node), column.lower(), id(keys), nulls))
+        if held is not None:
+            return held[1] if new else held[2]
         at = self.at(node, new)
         if isinstance(node, Scan):
             return restricted_rows(at, column, keys, nulls=nulls, held=self.frames.is_held(node))
