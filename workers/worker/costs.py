@@ -171,15 +171,16 @@ class CostModel:
         if self.complete is not None:
             return self.complete
         pace = self.pace(shape, size)
-        return TechniqueCost(COMPLETE_FIXED_MS * pace, COMPLETE_MS_PER_ROW * pace)
+        return TechniqueCost(COMPLETE_PRIOR.fixed_ms * pace, COMPLETE_PRIOR.ms_per_row * pace)
 
     def fast_cost(self, shape: PlanShape | None, size: ChangeSize | None) -> TechniqueCost:
         return self.fast or fast_prior(shape, size, self.complete_cost())
 
     def rebuild_cost(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> TechniqueCost:
         """A state rebuild reads the bases: its prior is COMPLETE's price of a row."""
-        per_row = REBUILD_PRIOR_SHARE * self.complete_cost(shape, size).ms_per_row
-        return self.rebuild or TechniqueCost(0.0, per_row)
+        if self.rebuild is not None:
+            return self.rebuild
+        return TechniqueCost(0.0, REBUILD_PRIOR_SHARE * self.complete_cost(shape, size).ms_per_row)
 
     def estimate_ms(
         self, technique: str, size: ChangeSize | None, shape: PlanShape | None = None
