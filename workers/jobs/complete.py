@@ -14,8 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs import top_rows
+from workers.jobs.delta import files, write
 from workers.jobs.delta import log as deltalog
-from workers.jobs.delta import write
 from workers.jobs.delta.metadata import (
     CommitId,
     MvWatermark,
@@ -110,9 +110,10 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
 
 
 def read_at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
-    """Table ``name`` as of ``version`` (Delta time travel by path)."""
+    """Table ``name`` as of ``version`` (Delta time travel by path; ``files.read_within`` can read it
+    narrowed to a few of its files)."""
     reader = spark.read.format("delta").option("versionAsOf", version)
-    return reader.load(warehouse.table_path(settings, name))
+    return files.remember(reader.load(warehouse.table_path(settings, name)), settings, name, version)
 
 
 def run_query(

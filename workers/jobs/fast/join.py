@@ -35,7 +35,8 @@ from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import read_at, run_query
 from workers.jobs.delta import arrow as rs_arrow
-from workers.jobs.delta.key_filter import key_ranges, narrowed_by_values
+from workers.jobs.delta import files
+from workers.jobs.delta.key_filter import among, key_ranges, narrowed_by_values
 from workers.jobs.fast import append as incremental_append
 from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.inputs import InputAtV
@@ -244,12 +245,20 @@ def narrowed(
     target = next((f for f in frame.schema.fields if f.name.lower() == column.lower()), None)
     if target is None:
         return frame  # not a column of the base (Spark resolves the query): nothing to narrow by
+    same_type = wanted.schema[_KEY].dataType == target.dataType
+    listed = same_type and rows is not None and rows <= RANGE_KEYS_LIMIT and not held
+    values = [row[0] for row in wanted.collect()] if listed else None  # held keys: no job
+    if values is not None and (read := files.read_within(frame, target.name, values, KEY_RANGES)) is not None:
+        distinct = set(values)  # the list's values exactly, where it is short (else the term's join)
+        return (
+            read.where(among(q(target.name), distinct, target.dataType))
+            if len(distinct) <= KEY_FILTER_LIMIT
+            else read
+        )
     found = narrowed_by_values(frame, [(target.name, _KEY)], wanted, KEY_FILTER_LIMIT, rows)
     if found is not None or held:
         return found if found is not None else frame
-    same_type = wanted.schema[_KEY].dataType == target.dataType
-    if same_type and rows is not None and rows <= RANGE_KEYS_LIMIT:  # values to the driver (held: no job)
-        values = [row[0] for row in wanted.collect()]
+    if values is not None:
         spans = key_ranges(F.col(q(target.name)), target.dataType, values, KEY_RANGES)
         if spans is not None:
             return frame.where(spans)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from workers.jobs.delta import files
 from workers.jobs.delta.key_filter import LITERAL_TYPES, among, key_ranges
 from workers.jobs.fast.join import KEY_FILTER_LIMIT, KEY_RANGES, narrowed
 from workers.jobs.fast.operators.keyed import KEY, Keys
@@ -43,7 +44,10 @@ def restricted_rows(frame: DataFrame, column: str, keys: Keys, *, nulls: bool, h
     ):
         return narrowed(frame, column, keys.frame, KEY, nulls=nulls)  # a list, else a semi-join: exact
     values = [row[0] for row in wanted.collect()]
-    if not held and len(values) > KEY_FILTER_LIMIT:  # the files no value's range reaches are skipped
+    read = None if held else files.read_within(frame, target.name, values, KEY_RANGES)
+    if read is not None:  # only the files a value's range reaches, listed from the log
+        frame = read
+    elif not held and len(values) > KEY_FILTER_LIMIT:  # the files no value's range reaches are skipped
         spans = key_ranges(F.col(q(target.name)), dtype, values, KEY_RANGES)
         if spans is not None:
             frame = frame.where(spans)
