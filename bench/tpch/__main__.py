@@ -10,7 +10,8 @@ and refreshes every MV once, timed; after every round each MV must hold exactly 
 rows (a mismatch is counted and printed, and the run exits 1).
 
 Per query: accepted by the analysis, how its runs went (FAST, or COMPLETE and the reason the run
-message gives), FAST p50, COMPLETE p50, their ratio, Spark jobs (p50) of each side, FORCE p50 with
+message gives), FAST p50, COMPLETE p50, their ratio, Spark jobs and generated-code compiles (p50, with
+their ms: a plan text new to the JVM's code cache is compiled) of each side, FORCE p50 with
 the choice it made each round and whether it stayed within 1.1 x min(FAST, COMPLETE).
 
     .venv/bin/python -m bench.tpch [--sf 1] [--rounds 2] [--queries q01,q06] [--data-dir DIR] [--no-force]
@@ -79,6 +80,15 @@ def _jobs(runs: list[Run]) -> float | None:
     return percentile([r.spark_jobs or 0 for r in runs], 50) if runs else None
 
 
+def _compiles(runs: list[Run]) -> tuple[float | None, float | None]:
+    """p50 of the runs' generated-code compiles, and of their ms."""
+    if not runs:
+        return None, None
+    return percentile([r.compiles or 0 for r in runs], 50), round(
+        percentile([r.compile_ms or 0 for r in runs], 50)
+    )
+
+
 def _force_figures(forced: list[Run], f50: float | None, c50: float | None) -> Record:
     """A FORCE twin's p50, its choice round by round, and whether it stayed within 1.1 x the faster."""
     o50 = _ms(forced)
@@ -115,6 +125,10 @@ def _cell(
         "speedup_p50": round(c50 / f50, 2) if f50 and c50 else None,
         "fast_jobs_p50": _jobs(fast),
         "complete_jobs_p50": _jobs(full),
+        "fast_compiles_p50": _compiles(fast)[0],
+        "fast_compile_ms_p50": _compiles(fast)[1],
+        "complete_compiles_p50": _compiles(full)[0],
+        "complete_compile_ms_p50": _compiles(full)[1],
         "mismatches": mismatches,
         "messages": [r.message for r in fast],
         **_force_figures(forced, f50, c50),
@@ -134,11 +148,17 @@ def _row(cell: Record) -> list[object]:
         shown(cell["complete_p50_ms"], ",.0f"),
         shown(cell["speedup_p50"], ".2f"),
         f"{shown(cell['fast_jobs_p50'], '.0f')} / {shown(cell['complete_jobs_p50'], '.0f')}",
+        f"{_compiled(cell, 'fast')} / {_compiled(cell, 'complete')}",
         shown(cell["force_p50_ms"], ",.0f"),
         cell["force_choices"] or "-",
         _within(cell),
         len(cell["mismatches"]),
     ]
+
+
+def _compiled(cell: Record, side: str) -> str:
+    count, ms = cell[f"{side}_compiles_p50"], cell[f"{side}_compile_ms_p50"]
+    return "-" if count is None else f"{count:.0f} ({ms:,.0f} ms)"
 
 
 def _within(cell: Record) -> str:
@@ -259,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             "COMPLETE p50 ms",
             "ratio",
             "Spark jobs MV / C",
+            "compiles MV / C",
             "FORCE p50 ms",
             "FORCE ran",
             "FORCE <= 1.1x min",

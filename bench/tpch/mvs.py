@@ -56,6 +56,10 @@ class Run:
     message: str
     spark_jobs: int | None
     choice: str = ""  # a FORCE run's choice (FAST | COMPLETE), from its planning information
+    # Generated-code compiles in the run (Spark's driver, Janino) and their ms: a fixed cost per plan
+    # text the JVM's code cache has not seen.
+    compiles: int | None = None
+    compile_ms: float | None = None
 
     @property
     def fast(self) -> bool:
@@ -66,6 +70,7 @@ def refresh(runner: SparkRunner, mv: TpchMv, run_id: str) -> Run:
     """One refresh of ``mv`` at the bases' latest versions; a failed run is a ``FAILED`` Run with the
     coded error as its message (the worker would report it the same way), not an exception."""
     assert mv.task is not None, mv.refused
+    compiled = _compiled(runner.spark)
     started = time.perf_counter()
     try:
         result = runner.refresh(mv.task, run_id=run_id, job_group=f"tpch-{mv.name}-{run_id}")
@@ -73,7 +78,15 @@ def refresh(runner: SparkRunner, mv: TpchMv, run_id: str) -> Run:
         return Run((time.perf_counter() - started) * 1000, "FAILED", f"{error.code.name}: {error}", None)
     elapsed = (time.perf_counter() - started) * 1000
     choice = str((result.planning or {}).get("choice", ""))
-    return Run(elapsed, result.state, result.message or "", result.spark_jobs, choice)
+    compiles, ns = (after - before for after, before in zip(_compiled(runner.spark), compiled, strict=True))
+    return Run(elapsed, result.state, result.message or "", result.spark_jobs, choice, compiles, ns / 1e6)
+
+
+def _compiled(spark: Any) -> tuple[int, int]:
+    """The driver JVM's generated-code compiles so far and their time (ns): Spark's codegen metrics."""
+    jvm = spark._jvm  # noqa: SLF001 - Spark's own counters, not in PySpark's API
+    compiles = jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
+    return compiles, jvm.org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator.compileTime()
 
 
 def rows_of(spark: Any, frame: Any) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
