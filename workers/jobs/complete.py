@@ -93,9 +93,11 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
         try:
             frame = run_query(session, settings, request.query, pinned, mv_name=request.mv_name)
             fast = request.plan.fast_refresh
-            if fast is not None and fast.top_n is not None and request.mode != "COMPLETE":
+            if fast is not None and fast.top_n is not None and request.mode == "FAST":
                 # The next FAST run maintains the top-N's rows (``top_rows``): written here, the MV
-                # is their top n, and that run need not rebuild them.
+                # is their top n, and that run need not rebuild them. Not for FORCE, whose complete
+                # runs (chosen by cost: likely again next time) keep no helper state, as for other
+                # plans: a FAST run after one rebuilds it (its REBUILD cost, ``worker.costs``).
                 top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
                 frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)
             groups.check_cancelled(request.job_group)

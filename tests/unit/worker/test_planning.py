@@ -24,9 +24,11 @@ from workers.jobs.delta.sizes import (
 )
 from workers.worker.costs import (
     FAST_FIXED_MS,
+    FAST_JOIN_READ_SHARE,
     FAST_MS_PER_SCAN,
     FAST_TOP_N_MS,
     FAST_TREE_MS,
+    FAST_TREE_READ_SHARE,
     REBUILD,
     PlanShape,
     joined_rows,
@@ -191,9 +193,13 @@ def test_fasts_prior_grows_with_the_plan_and_the_bases_its_change_meets() -> Non
     assert joined_rows(("lineitem", "lineitem"), _bases(lineitem=(6_000_000, 100))) == 6_000_000  # self-join
     assert joined_rows(join.scans, size(100, 10)) == 0  # per-base sizes unknown: nothing assumed
     joined = machine.estimate_ms(FAST, only_big, join)
-    assert joined == pytest.approx(FAST_FIXED_MS + FAST_MS_PER_SCAN + 0.3 * 0.001 * 200_000 + 100 * 0.02)
+    read = 0.001 * 200_000  # a complete read of the small side, at the learnt pace
+    assert joined == pytest.approx(
+        FAST_FIXED_MS + FAST_MS_PER_SCAN + FAST_JOIN_READ_SHARE * read + 100 * 0.02
+    )
     tree = machine.estimate_ms(FAST, only_big, PlanShape("tree", join.scans, top_n=True))
-    assert tree == pytest.approx(joined + FAST_TREE_MS + FAST_TOP_N_MS + 0.2 * 0.001 * 200_000)
+    share = FAST_TREE_READ_SHARE - FAST_JOIN_READ_SHARE  # a tree reads more of the joined bases
+    assert tree == pytest.approx(joined + FAST_TREE_MS + FAST_TOP_N_MS + share * read)
     # Once FAST is measured, the MV's own figure, not the plan's prior.
     measured = replace(machine, fast=TechniqueCost(300.0, 0.0, 1))
     assert measured.estimate_ms(FAST, only_big, join) == 300.0
