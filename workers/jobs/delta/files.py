@@ -74,11 +74,10 @@ def read_within(frame: DataFrame, column: str, values: Sequence[object], most: i
         table = warehouse.rs_table(read.settings, read.name, read.version)
         if not _plain(table):
             return None
-        actions = pa.table(table.get_add_actions(flatten=True))
+        kept = _kept(pa.table(table.get_add_actions(flatten=True)), field.name, field.dataType, values, most)
     except Exception as unread:  # noqa: BLE001 - the Delta read stays available: it is the fallback
         log.info("files of %s at %s not listed (%s): Delta reads", read.name, read.version, unread)
         return None
-    kept = _kept(actions, field.name, field.dataType, values, most)
     if kept is None or len(kept) > FILE_LIMIT:
         return None
     session = frame.sparkSession
