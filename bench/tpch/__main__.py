@@ -80,13 +80,11 @@ def _jobs(runs: list[Run]) -> float | None:
     return percentile([r.spark_jobs or 0 for r in runs], 50) if runs else None
 
 
-def _compiles(runs: list[Run]) -> tuple[float | None, float | None]:
-    """p50 of the runs' generated-code compiles, and of their ms."""
-    if not runs:
-        return None, None
-    return percentile([r.compiles or 0 for r in runs], 50), round(
-        percentile([r.compile_ms or 0 for r in runs], 50)
-    )
+def _compiles(side: str, runs: list[Run]) -> Record:
+    """p50 of the runs' generated-code compiles, and of their ms (None without runs)."""
+    count = percentile([r.compiles or 0 for r in runs], 50) if runs else None
+    ms = round(percentile([r.compile_ms or 0 for r in runs], 50)) if runs else None
+    return {f"{side}_compiles_p50": count, f"{side}_compile_ms_p50": ms}
 
 
 def _force_figures(forced: list[Run], f50: float | None, c50: float | None) -> Record:
@@ -125,10 +123,8 @@ def _cell(
         "speedup_p50": round(c50 / f50, 2) if f50 and c50 else None,
         "fast_jobs_p50": _jobs(fast),
         "complete_jobs_p50": _jobs(full),
-        "fast_compiles_p50": _compiles(fast)[0],
-        "fast_compile_ms_p50": _compiles(fast)[1],
-        "complete_compiles_p50": _compiles(full)[0],
-        "complete_compile_ms_p50": _compiles(full)[1],
+        **_compiles("fast", fast),
+        **_compiles("complete", full),
         "mismatches": mismatches,
         "messages": [r.message for r in fast],
         **_force_figures(forced, f50, c50),
@@ -148,7 +144,7 @@ def _row(cell: Record) -> list[object]:
         shown(cell["complete_p50_ms"], ",.0f"),
         shown(cell["speedup_p50"], ".2f"),
         f"{shown(cell['fast_jobs_p50'], '.0f')} / {shown(cell['complete_jobs_p50'], '.0f')}",
-        f"{_compiled(cell, 'fast')} / {_compiled(cell, 'complete')}",
+        f"{_compiles_shown(cell, 'fast')} / {_compiles_shown(cell, 'complete')}",
         shown(cell["force_p50_ms"], ",.0f"),
         cell["force_choices"] or "-",
         _within(cell),
@@ -156,7 +152,7 @@ def _row(cell: Record) -> list[object]:
     ]
 
 
-def _compiled(cell: Record, side: str) -> str:
+def _compiles_shown(cell: Record, side: str) -> str:
     count, ms = cell[f"{side}_compiles_p50"], cell[f"{side}_compile_ms_p50"]
     return "-" if count is None else f"{count:.0f} ({ms:,.0f} ms)"
 

@@ -20,7 +20,6 @@ import logging
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -127,16 +126,9 @@ def _kept(
             )
             meets = nulls if only_nulls else True
         else:
-            first, last = point(_as_value(lo, dates)), point(_as_value(hi, dates))
+            first, last = point(lo), point(hi)
             has_nulls = null_counts is None or null_counts[i] is None or null_counts[i] > 0
             meets = any(a <= last and first <= b for a, b in spans) or (nulls and has_nulls)
         if meets:
             kept.append(relative)
     return kept
-
-
-def _as_value(stat: object, dates: bool) -> object:
-    """A statistic as the column's Python value (delta-rs gives dates as ``date``, maybe as text)."""
-    if dates and isinstance(stat, str):
-        return date.fromisoformat(stat[:10])
-    return stat
