@@ -46,6 +46,7 @@ class Evaluation:
     _keys: dict[tuple[str, str], Keys] = field(default_factory=dict)
     _outer_keys: dict[tuple[str, str, bool, int, bool], tuple[Keys, Keys]] = field(default_factory=dict)
     _held_at: set[str] = field(default_factory=set)  # identities whose ``_at`` are held (``at_once``)
+    _held_new: set[tuple[str, bool]] = field(default_factory=set)  # ``_at`` keys held by ``hold_new``
     # Each interior node's change rows (both signs), in the order held: what the run says it touched.
     changed_rows: list[tuple[Node, int]] = field(default_factory=list)
 
@@ -172,6 +173,14 @@ class Evaluation:
             self._at[(found, True)], self._at[(found, False)] = new, old
             self._held_at.add(found)
         return self._at[(found, True)], self._at[(found, False)]
+
+    def hold_new(self, node: Node) -> None:
+        """``node``'s rows at new computed once and held: every later ``at`` of the same subtree at new
+        takes them (a scalar subquery runs as a job of its own; held, it shares the other read's)."""
+        found = (self._id(node), self.changed(node))  # as ``at`` finds it
+        if found not in self._held_new:
+            self._at[found] = hold_counted(self.scope.session, self.at(node, True))[0]
+            self._held_new.add(found)
 
     def restricted_once(self, node: Node, column: str, keys: Keys, *, nulls: bool) -> Signed:
         """``node``'s rows restricted (``restricted``) at new and at old, read once: at new held, at
