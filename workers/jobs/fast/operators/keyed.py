@@ -20,7 +20,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from workers.ddl.tree.values import Aggregate, Block, Keyed, Node
+from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan
 from workers.jobs.fast.operators.scan import ScanFrames
 
 KEY = "__mvs_key"  # the one column of a set of key values
@@ -75,9 +75,13 @@ def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
     if isinstance(node.input, Block) and recomputed_by(ev, node.input, node.key):
         new, old = ev.delta(node.input) or (None, None)
         assert new is not None and old is not None
-    else:
+    else:  # read once where the rows at old can be derived (``nodes.plain_rows``), else per version
         keys = ev.keys(node.input, node.key)
-        new, old = ev.restricted_once(node.input, node.key, keys, nulls=True)
+        if plain_rows(node.input):
+            new, old = ev.restricted_once(node.input, node.key, keys, nulls=True)
+        else:
+            new = ev.restricted(node.input, True, node.key, keys, nulls=True)
+            old = ev.restricted(node.input, False, node.key, keys, nulls=True)
     return ev.sql(node.sql, {view: new}), ev.sql(node.sql, {view: old})
 
 
@@ -97,3 +101,13 @@ def recomputed_by(ev: Evaluation, block: Block, column: str) -> bool:
         output.lower() == column.lower() and (view, name.lower()) == origin
         for output, view, name in block.lineage
     )
+
+
+def plain_rows(node: Node) -> bool:
+    """No aggregate, window or DISTINCT in ``node``'s subtree: its rows are its scans' rows joined,
+    filtered and projected, the same whichever plan computes them."""
+    if isinstance(node, Scan):
+        return True
+    if isinstance(node, Aggregate):
+        return False
+    return all(plain_rows(n) for n in node.inputs)

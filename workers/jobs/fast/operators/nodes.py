@@ -18,7 +18,7 @@ from workers.ddl.tree.values import Aggregate, Keyed, Node, Scan, Union, identit
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.operators.inner_join import block_delta
-from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta
+from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta, plain_rows
 from workers.jobs.fast.operators.restrict import restricted_rows
 from workers.jobs.fast.operators.scan import ScanFrames
 from workers.jobs.fast.operators.union_all import union_delta
@@ -151,13 +151,23 @@ class Evaluation:
         """``node`` and ``other`` compute the same rows (one subtree, or scans of one base)."""
         return self._id(node) == self._id(other)
 
-    def _with_old(self, node: Node, rows: DataFrame, restrict: Callable[[DataFrame], DataFrame]) -> Signed:
+    def _with_old(
+        self,
+        node: Node,
+        rows: DataFrame,
+        restrict: Callable[[DataFrame], DataFrame],
+        read_old: Callable[[], DataFrame],
+    ) -> Signed:
         """``rows`` (``node``'s rows at new that ``restrict`` keeps) held, and ``node``'s rows at old
         that it keeps derived from them and its change rows, not read again: as bags old ⊎ gained =
-        new ⊎ lost, so old = (new ⊎ lost) − gained (EXCEPT ALL: exact, duplicates included)."""
+        new ⊎ lost, so old = (new ⊎ lost) − gained (EXCEPT ALL: exact, duplicates included). Only
+        where a change row is the very row the rows at new hold (``derivable``); else read at old
+        (``read_old``) and held too."""
         delta = self.delta(node)
         assert delta is not None
         new = hold_counted(self.scope.session, rows)[0]
+        if not derivable(node, new):
+            return new, hold_counted(self.scope.session, read_old())[0]
         gained, lost = (restrict(d) for d in delta)
         if len(set(new.columns)) == len(new.columns):  # by name (a base's change rows: their order)
             gained, lost = (d.select(*[F.col(f"`{c}`") for c in new.columns]) for d in (gained, lost))
@@ -169,7 +179,9 @@ class Evaluation:
         by the join and by the scalar subquery)."""
         found = self._id(node)
         if found not in self._held_at:
-            new, old = self._with_old(node, self.at(node, True), lambda rows: rows)
+            new, old = self._with_old(
+                node, self.at(node, True), lambda rows: rows, lambda: self.at(node, False)
+            )
             self._at[(found, True)], self._at[(found, False)] = new, old
             self._held_at.add(found)
         return self._at[(found, True)], self._at[(found, False)]
@@ -190,7 +202,10 @@ class Evaluation:
         if memo not in self._held_reads:
             rows = self.restricted(node, True, column, keys, nulls=nulls)
             new, old = self._with_old(
-                node, rows, lambda d: restricted_rows(d, column, keys, nulls=nulls, held=True)
+                node,
+                rows,
+                lambda d: restricted_rows(d, column, keys, nulls=nulls, held=True),
+                lambda: self.restricted(node, False, column, keys, nulls=nulls),
             )
             self._held_reads[memo] = (keys, new, old)  # ``keys`` kept alive: its id is in the memo
         _, new, old = self._held_reads[memo]
@@ -229,3 +244,11 @@ class Evaluation:
             tables[view] = self.restricted(found, new, reached, keys, nulls=nulls)
         rows = self.sql(node.sql, tables)  # filtered again: exact even where a scan could not be
         return restricted_rows(rows, column, keys, nulls=nulls, held=True)
+
+
+def derivable(node: Node, rows: DataFrame) -> bool:
+    """Whether ``node``'s rows at old may be derived from its rows at new and its change by EXCEPT ALL:
+    each change row is bit for bit a row the rows at new hold, as where no aggregate is below (a
+    ``SUM`` of doubles differs in its last bits between two plans: a gained row then removes nothing),
+    and Spark can compare its columns (no map or variant)."""
+    return plain_rows(node) and not apply.unmatchable_columns(rows.schema)
