@@ -67,21 +67,17 @@ class Evaluation(Protocol):
 
 def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
     """The groups the input's change reaches, recomputed at new (gained) and at old (lost)."""
-    if ev.delta(node.input) is None:
+    change = ev.delta(node.input)
+    if change is None:
         return None
     if node.key is None:
         return ev.at(node, True), ev.at(node, False)
-    view = node.input.view
     if isinstance(node.input, Block) and recomputed_by(ev, node.input, node.key):
-        new, old = ev.delta(node.input) or (None, None)
-        assert new is not None and old is not None
-    else:  # read once where the rows at old can be derived (``nodes.plain_rows``), else per version
+        new, old = change  # the reached groups' rows at new and at old already
+    else:  # read once, at old derived where exact (``nodes.derivable``)
         keys = ev.keys(node.input, node.key)
-        if plain_rows(node.input):
-            new, old = ev.restricted_once(node.input, node.key, keys, nulls=True)
-        else:
-            new = ev.restricted(node.input, True, node.key, keys, nulls=True)
-            old = ev.restricted(node.input, False, node.key, keys, nulls=True)
+        new, old = ev.restricted_once(node.input, node.key, keys, nulls=True)
+    view = node.input.view
     return ev.sql(node.sql, {view: new}), ev.sql(node.sql, {view: old})
 
 
@@ -94,9 +90,11 @@ def recomputed_by(ev: Evaluation, block: Block, column: str) -> bool:
     if len(changed) != 1:
         return False
     keyed = block.keyed_input(changed[0].view)
-    if keyed is None or keyed.column is None or keyed.null_keys or keyed.outer_view is None:
+    if keyed is None or keyed.column is None or keyed.null_keys:
         return False
-    origin = (keyed.outer_view, (keyed.outer_column or "").lower())
+    if keyed.outer_view is None or keyed.outer_column is None:
+        return False
+    origin = (keyed.outer_view, keyed.outer_column.lower())
     return any(
         output.lower() == column.lower() and (view, name.lower()) == origin
         for output, view, name in block.lineage
