@@ -56,6 +56,7 @@ class Run:
     message: str
     spark_jobs: int | None
     choice: str = ""  # a FORCE run's choice (FAST | COMPLETE), from its planning information
+    reason: str = ""  # and why (its estimates)
     # Generated-code compiles in the run (Spark's driver, Janino) and their ms: a fixed cost per plan
     # text the JVM's code cache has not seen.
     compiles: int | None = None
@@ -77,9 +78,12 @@ def refresh(runner: SparkRunner, mv: TpchMv, run_id: str) -> Run:
     except MvsError as error:
         return Run((time.perf_counter() - started) * 1000, "FAILED", f"{error.code.name}: {error}", None)
     elapsed = (time.perf_counter() - started) * 1000
-    choice = str((result.planning or {}).get("choice", ""))
+    planning = result.planning or {}
+    choice, reason = str(planning.get("choice", "")), str(planning.get("reason", ""))
     compiles, ns = (after - before for after, before in zip(_compiled(runner.spark), compiled, strict=True))
-    return Run(elapsed, result.state, result.message or "", result.spark_jobs, choice, compiles, ns / 1e6)
+    return Run(
+        elapsed, result.state, result.message or "", result.spark_jobs, choice, reason, compiles, ns / 1e6
+    )
 
 
 def _compiled(spark: Any) -> tuple[int, int]:

@@ -20,9 +20,10 @@ than one measurement) and later ones move it by at least 30 %.
 Calibration (SF 1 TPC-H baseline of session 23 and ``bench.fast_vs_complete`` at 1M rows, this
 2-core machine): a complete run reads ~0.5 µs a row; a steady FAST run costs ~0.8 s on one base,
 ~0.3 s more per further scan (0.6 s before a join's narrowed reads listed their files from the log:
-session 25's SF 1 run, q12 1.0 s, q14 1.0 s, q19 0.9 s, q05 3.1 s), ~3 s more for an operator tree
-and ~2 s for a top-N; its first run after a complete one 1-2.5 complete runs more where it keeps
-state.
+session 25's SF 1 run, q12 1.0 s, q14 1.0 s, q19 0.9 s, q05 3.1 s), ~0.5 s more for an operator tree
+(3 s before its interior steps read their inputs once: session 27's SF 1 run, the 11 trees fitted
+within 2x, q04 2.4 s, q15 1.1 s, q21 11 s) and ~2 s for a top-N; its first run after a complete one
+1-2.5 complete runs more where it keeps state.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ LEARNING_WEIGHT = 0.3
 # Priors (module docstring: calibration). COMPLETE: per row read or written.
 COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW = 500.0, 0.0005
 # FAST: fixed per run, per further scan, for an operator tree, for a top-N; per change row.
-FAST_FIXED_MS, FAST_MS_PER_SCAN, FAST_TREE_MS, FAST_TOP_N_MS = 800.0, 300.0, 3000.0, 2000.0
+FAST_FIXED_MS, FAST_MS_PER_SCAN, FAST_TREE_MS, FAST_TOP_N_MS = 800.0, 300.0, 500.0, 2000.0
 FAST_MS_PER_ROW = 0.02
 # Share of a complete read a FAST run pays for each base row it joins the change with (narrowed
 # reads, no write): an operator tree reads more of them (keyed recomputes of its blocks).
-FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.1, 0.5
+FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.1, 0.4
 # REBUILD's prior: a complete read of the rows COMPLETE handles.
 REBUILD_PRIOR_SHARE = 1.0
 # A first FAST run after a complete one within this factor of the steady prior rebuilt no state.
