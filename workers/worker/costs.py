@@ -61,6 +61,7 @@ class TechniqueCost:
     fixed_ms: float
     ms_per_row: float
     runs: int = 0  # outcomes learnt from (0: a prior)
+    idle: int = 0  # runs of the other technique since this one last ran (its figure's age)
 
     def estimate_ms(self, rows: int) -> float:
         return self.fixed_ms + self.ms_per_row * rows
@@ -76,8 +77,12 @@ class TechniqueCost:
         per_row = max(took_ms - self.fixed_ms, 0.0) / rows
         return TechniqueCost(self.fixed_ms, _weighted(self.ms_per_row, per_row, weight), self.runs + 1)
 
-    def record(self) -> tuple[float, float, int]:
-        return (self.fixed_ms, self.ms_per_row, self.runs)
+    def record(self) -> tuple[float, float, int, int]:
+        return (self.fixed_ms, self.ms_per_row, self.runs, self.idle)
+
+    def aged(self) -> TechniqueCost:
+        """This cost after a run of the other technique."""
+        return replace(self, idle=self.idle + 1)
 
 
 def _weighted(old: float, new: float, weight: float) -> float:
@@ -214,15 +219,29 @@ class CostModel:
         ``bench.fast_vs_complete``, session 23). A FAST run ``after_complete`` may have rebuilt helper
         state: it teaches REBUILD what it took over the steady estimate. While the steady cost is
         not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
-        no state: it teaches both), a longer one teaches REBUILD alone."""
+        no state: it teaches both), a longer one teaches REBUILD alone; measured, so does a run
+        within the steady figure. A run of one technique ages the other's figure (``idle``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
         if technique == COMPLETE:
             complete = self.complete_cost(shape, size)
+            fast = self.fast.aged() if self.fast is not None else None
             if size is not None and size.mv is None and took_ms >= complete.estimate_ms(rows):
                 return self  # a first build (it also makes the table) is no cheaper than a recompute
-            return replace(self, complete=complete.learned(rows, took_ms))
+            return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
+        aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
+        return aged._learned_fast(rows, size, took_ms, shape, after_complete)
+
+    def _learned_fast(
+        self,
+        rows: int,
+        size: ChangeSize | None,
+        took_ms: float,
+        shape: PlanShape | None,
+        after_complete: bool,
+    ) -> CostModel:
+        """``learned`` for a FAST run."""
         fast = self.fast_cost(shape, size)
         if not after_complete:
             return replace(self, fast=fast.learned(rows, took_ms))
@@ -230,13 +249,16 @@ class CostModel:
         if read_rows is None:
             return self
         steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost(shape, size)
-        if self.fast is None and took_ms <= NO_REBUILD_FACTOR * steady_ms:
+        # Measured already (FAST probed again), a run with its rebuild no dearer than the steady
+        # figure says that figure was too high (an outlier): the run bounds the steady cost.
+        if took_ms <= (NO_REBUILD_FACTOR if self.fast is None else 1.0) * steady_ms:
             return replace(self, fast=fast.learned(rows, took_ms), rebuild=rebuild.learned(read_rows, 0.0))
-        return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
+        ran = replace(self.fast, idle=0) if self.fast is not None else None  # its figure is current
+        return replace(self, fast=ran, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
 
     def record(self) -> dict[str, tuple[float, ...]]:
-        """Technique → (fixed ms, ms per row, runs) of each learnt cost: what an MV commit keeps for
-        the MV's next owner."""
+        """Technique → (fixed ms, ms per row, runs, idle) of each learnt cost: what an MV commit keeps
+        for the MV's next owner."""
         learnt = ((FAST, self.fast), (COMPLETE, self.complete), (REBUILD, self.rebuild))
         return {name: cost.record() for name, cost in learnt if cost is not None}
 
@@ -249,6 +271,7 @@ class CostModel:
             if kept is None or len(kept) < 2 or tuple(kept) == _OLD_PRIORS.get(name):
                 return mine
             runs = int(kept[2]) if len(kept) > 2 and math.isfinite(kept[2]) else 1
-            return TechniqueCost(float(kept[0]), float(kept[1]), max(runs, 0))
+            idle = int(kept[3]) if len(kept) > 3 and math.isfinite(kept[3]) else 0
+            return TechniqueCost(float(kept[0]), float(kept[1]), max(runs, 0), max(idle, 0))
 
         return CostModel(cost(FAST, self.fast), cost(COMPLETE, self.complete), cost(REBUILD, self.rebuild))

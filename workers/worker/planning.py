@@ -9,7 +9,8 @@ recomputed whatever the estimates say. The first FAST run after a complete one r
 helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
 runs when choosing (the steady runs after it pay it back). FAST never run for the MV is tried once
 when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
-left at once, a wrong COMPLETE would never be (COMPLETE is measured by the first build). FAST and
+left at once, a wrong COMPLETE would never be (COMPLETE is measured by the first build); so is FAST
+left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its one figure may be an outlier, or stale). FAST and
 COMPLETE keep their meaning: the planning information then says what the other would have cost.
 """
 
@@ -37,6 +38,7 @@ __all__ = [
     "LEARNING_WEIGHT",
     "PROBE_FACTOR",
     "REBUILD_PAYBACK_RUNS",
+    "REPROBE_AFTER_RUNS",
     "Candidate",
     "CostModel",
     "PlanShape",
@@ -56,6 +58,10 @@ REBUILD_PAYBACK_RUNS = 3
 # where FAST took 0.54-0.72x of it; the operator trees, session 27: q15 estimated 2.5 s, took 1.1 s).
 # A wrong probe costs one run; a FAST never tried costs every run after it.
 PROBE_FACTOR = 2.0
+# FAST measured, then left for COMPLETE this many runs, is tried again under the same factor: its
+# one figure may be an outlier (a run under load) or stale (the data, the machine moved on), and
+# nothing else would ever correct it. At most one run in this many pays the probe.
+REPROBE_AFTER_RUNS = 20
 
 
 @dataclass(frozen=True)
@@ -137,8 +143,11 @@ def plan_run(
         versus += f" ({_duration(rebuild_ms)} of it a state rebuild, over {REBUILD_PAYBACK_RUNS} runs)"
     versus += f" vs COMPLETE est. {_duration(complete_ms)}"
     if complete_ms < counted_ms:
-        if model.fast is None and model.rebuild is None and counted_ms <= PROBE_FACTOR * complete_ms:
-            return planned(FAST, f"fast: probe: FAST never run for this MV; {versus}")
+        if counted_ms <= PROBE_FACTOR * complete_ms:
+            if model.fast is None and model.rebuild is None:
+                return planned(FAST, f"fast: probe: FAST never run for this MV; {versus}")
+            if model.fast is not None and model.fast.idle >= REPROBE_AFTER_RUNS:
+                return planned(FAST, f"fast: probe: FAST last ran {model.fast.idle} runs ago; {versus}")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
 

@@ -38,6 +38,7 @@ from workers.worker.planning import (
     BULK_SHARE,
     COMPLETE,
     FAST,
+    REPROBE_AFTER_RUNS,
     CostModel,
     TechniqueCost,
     plan_run,
@@ -149,7 +150,7 @@ def test_the_model_learns_the_part_that_dominated_from_outcomes() -> None:
     tiny = size(10, 1000)
     slow_start = model.learned(FAST, tiny, took_ms=3000.0)
     assert slow_start.fast == TechniqueCost(3000.0 - 0.1, 0.01, 1)
-    assert slow_start.complete == model.complete
+    assert slow_start.complete == replace(model.complete, idle=1)  # a run older than FAST's
     again = slow_start.learned(FAST, tiny, took_ms=1000.0)
     assert again.fast is not None and again.fast.fixed_ms == pytest.approx((2999.9 + 999.9) / 2)
     settled = CostModel(fast=TechniqueCost(1000.0, 0.01, runs=5))
@@ -377,7 +378,7 @@ def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> N
     body = json.loads(text)
     for damaged in (
         {"FAST": [1.0]},
-        {"FAST": [1, 2, 3, 4]},
+        {"FAST": [1, 2, 3, 4, 5]},
         {"FAST": [-1, 2]},
         {"FAST": ["x", 1]},
         [1, 2],
@@ -416,3 +417,33 @@ def test_a_first_build_teaches_complete_only_a_lower_cost() -> None:
     assert CostModel().learned(COMPLETE, recompute, 9000.0).estimate_ms(COMPLETE, recompute) == pytest.approx(
         9000.0
     )
+
+
+def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
+    """One FAST figure may be an outlier (a run under load): FAST left for COMPLETE is tried again
+    after REPROBE_AFTER_RUNS runs, within PROBE_FACTOR; its age rides in the MV commit's costs."""
+    shape, change = PlanShape("projection", ("t",)), size(10, 1_000_000)
+    model = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE est. 1.0 s
+    model = model.learned(FAST, change, 1500.0, shape)  # FAST measured at 1.5 s: dearer, within 2x
+    for run in range(REPROBE_AFTER_RUNS):
+        planned = plan_run("FORCE", None, change, model, shape)
+        assert planned.choice == COMPLETE, run
+        model = model.learned(COMPLETE, change, 1000.0, shape)
+    assert model.fast is not None and model.fast.idle == REPROBE_AFTER_RUNS
+    assert CostModel().restored(model.record()) == model  # a new owner counts on
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == FAST
+    assert probe.reason.startswith(f"fast: probe: FAST last ran {REPROBE_AFTER_RUNS} runs ago")
+    # The outlier was the load: the probe (after a complete run: a rebuild in it too, if any) takes
+    # less than FAST's figure, which it bounds; FAST is the cheaper again.
+    quick = model.learned(FAST, change, 500.0, shape, after_complete=True)
+    assert quick.fast is not None and quick.fast.idle == 0 and quick.complete is not None
+    assert quick.fast.fixed_ms < 1500.0 and quick.complete.idle == 1
+    assert plan_run("FORCE", None, change, quick, shape).choice == FAST
+    # A probe dearer than the figure: the rest is the rebuild's, the steady figure stays.
+    slow = model.learned(FAST, change, 2500.0, shape, after_complete=True)
+    assert slow.fast is not None and slow.fast.fixed_ms == model.fast.fixed_ms and slow.fast.idle == 0
+    assert slow.rebuild is not None and slow.rebuild.ms_per_row > 0
+    # Far past the factor, FAST's old figure is not tried again.
+    far = replace(model, fast=replace(model.fast, fixed_ms=5000.0))
+    assert plan_run("FORCE", None, change, far, shape).choice == COMPLETE
