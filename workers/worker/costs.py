@@ -219,8 +219,10 @@ class CostModel:
         ``bench.fast_vs_complete``, session 23). A FAST run ``after_complete`` may have rebuilt helper
         state: it teaches REBUILD what it took over the steady estimate. While the steady cost is
         not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
-        no state: it teaches both), a longer one teaches REBUILD alone; measured, so does a run
-        within the steady figure. A run of one technique ages the other's figure (``idle``)."""
+        no state: it teaches both), a longer one teaches REBUILD alone; measured, a run within the
+        steady figure teaches both too (the figure was too high), a longer one REBUILD alone, and the
+        figure keeps its age, so that the next run probes FAST steady. A run of one technique ages
+        the other's figure (``idle``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
@@ -250,11 +252,10 @@ class CostModel:
             return self
         steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost(shape, size)
         # Measured already (FAST probed again), a run with its rebuild no dearer than the steady
-        # figure says that figure was too high (an outlier): the run bounds the steady cost.
+        # figure says that figure was too high (an outlier): the figure moves towards the run.
         if took_ms <= (NO_REBUILD_FACTOR if self.fast is None else 1.0) * steady_ms:
             return replace(self, fast=fast.learned(rows, took_ms), rebuild=rebuild.learned(read_rows, 0.0))
-        ran = replace(self.fast, idle=0) if self.fast is not None else None  # its figure is current
-        return replace(self, fast=ran, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
+        return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
 
     def record(self) -> dict[str, tuple[float, ...]]:
         """Technique → (fixed ms, ms per row, runs, idle) of each learnt cost: what an MV commit keeps

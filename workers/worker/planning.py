@@ -60,8 +60,9 @@ REBUILD_PAYBACK_RUNS = 3
 PROBE_FACTOR = 2.0
 # FAST measured, then left for COMPLETE this many runs, is tried again under the same factor: its
 # one figure may be an outlier (a run under load) or stale (the data, the machine moved on), and
-# nothing else would ever correct it. At most one run in this many pays the probe.
-REPROBE_AFTER_RUNS = 20
+# nothing else would ever correct it. A probe right after a complete run may pay a state rebuild too,
+# and then one more run measures FAST steady: at most two runs in this many pay the probe.
+REPROBE_AFTER_RUNS = 50
 
 
 @dataclass(frozen=True)

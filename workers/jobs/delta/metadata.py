@@ -152,12 +152,13 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
 def _costs(value: object) -> dict[str, tuple[float, ...]]:
     """The ``costs`` of a commit's metadata: technique → (fixed ms, ms per row[, runs learnt from[,
     runs of the other technique since]]), each finite and not negative (older commits: the pair or the
-    triple); anything else (a foreign or damaged value) is ignored as a whole: costs only inform."""
+    triple; a newer one's further fields are kept, and ignored by ``CostModel.restored``); anything
+    else (a foreign or damaged value) is ignored as a whole: costs only inform."""
     if not isinstance(value, dict):
         return {}
     costs: dict[str, tuple[float, ...]] = {}
     for technique, cost in value.items():
-        if not (isinstance(cost, list) and 2 <= len(cost) <= 4):
+        if not (isinstance(cost, list) and len(cost) >= 2):
             return {}
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in cost):
             return {}
