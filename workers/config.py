@@ -42,6 +42,7 @@ in docker compose, or against an existing cluster:
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from collections.abc import Mapping
@@ -62,6 +63,19 @@ def _kafka_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
         for key, value in env.items()
         if key.startswith(KAFKA_OPTION_PREFIX)
     }
+
+
+# A JVM memory size as Spark reads ``spark.driver.memory`` (``4g``, ``512m``; a bare number: MiB).
+_MEMORY_SIZE = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.IGNORECASE)
+
+
+def _driver_memory_from_env(env: Mapping[str, str]) -> str:
+    """``MVS_SPARK_DRIVER_MEMORY``, checked here: a wrong size would stop Spark's launcher with an error
+    that does not name it."""
+    value = env.get("MVS_SPARK_DRIVER_MEMORY", "").strip()
+    if value and not _MEMORY_SIZE.match(value):
+        raise ValueError(f"MVS_SPARK_DRIVER_MEMORY={value!r}: a JVM memory size such as 4g or 512m")
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -207,6 +221,9 @@ class Settings:
     warehouse: str = str(REPO_ROOT / "warehouse")
     spark_master: str = "local[2]"
     spark_java_options: str = ""
+    # The driver JVM's heap (``spark.driver.memory``, e.g. ``8g``); "": sized from the machine for a
+    # local master (workers.jobs.spark.memory), Spark's or the cluster's default otherwise.
+    spark_driver_memory: str = ""
     worker_id: str = field(default_factory=default_worker_id)
     # Manager → coordinator heartbeat period while something changed (seed 002: ≤ 1 s).
     heartbeat_interval_s: float = 1.0
@@ -255,6 +272,7 @@ class Settings:
             warehouse=spark_location(env.get("MVS_WAREHOUSE", str(REPO_ROOT / "warehouse"))),
             spark_master=env.get("MVS_SPARK_MASTER", "local[2]"),
             spark_java_options=env.get("MVS_SPARK_JAVA_OPTIONS", ""),
+            spark_driver_memory=_driver_memory_from_env(env),
             group_protocol=env.get("MVS_GROUP_PROTOCOL", "classic"),
             session_timeout_ms=int(env.get("MVS_SESSION_TIMEOUT_MS", str(cls.session_timeout_ms))),
             max_poll_interval_ms=int(env.get("MVS_MAX_POLL_INTERVAL_MS", str(cls.max_poll_interval_ms))),

@@ -6,8 +6,9 @@ still holds it).
 Every MV refreshes in round 1: a FAST round after the first build. Round 2, a FAST round starting from
 a FAST round's state, only for ``SECOND_ROUND``: for the other plans the property tests' CI examples
 already prove it, each with two FAST rounds after the build, checked after each (``EVERYTHING`` and
-``JOINED`` in tests/integration/jobs/test_fast_properties.py): ``aggregate`` (Q1, Q6: ``EVERY_SHAPE``),
-``join_aggregate`` (Q5, Q12, Q14, Q19: ``JOINED_SHAPES``, ``JOIN_EXPRESSION_SHAPES``), ``tree`` (every
+``JOINED`` of tests/support/fast_cases.py): ``aggregate`` (Q1, Q6: ``EVERY_SHAPE`` of
+tests/integration/jobs/test_fast_properties.py), ``join_aggregate`` (Q5, Q12, Q14, Q19: ``JOINED_SHAPES``,
+``JOIN_EXPRESSION_SHAPES`` of test_fast_having_formulas.py), ``tree`` (every
 shape of test_fast_tree.py), ``top_n`` around a join aggregate (Q3, Q10: test_fast_top_n.py's first
 shape). A second round of all 22 cost about a quarter of this test (300 s of 1,140 at load 15).
 

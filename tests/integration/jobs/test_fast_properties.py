@@ -16,20 +16,14 @@ refreshes, many-to-many keys, NULL keys that must never match, purges of any bas
 The same over joins as TPC-H writes them: unqualified columns (resolved against the bases' columns
 read from their Delta logs), comma joins with their equalities in WHERE, ORDER BY.
 
-The same for GROUP BY … HAVING (``aggregate_having``; over a two-table join ``join_aggregate_having``):
-groups cross the HAVING threshold both ways between refreshes (they enter and leave the MV), HAVING over
-aggregates that are not selected.
-
 Default (``ci`` profile): per property its explicit examples only (every shape over the stream with
 every kind of change; ``fast_checks.phases_for_ci``), for the suite's time budget.
 A fuzzing session, thousands of examples (hours; new ones every run):
 
     HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest -q tests/integration/jobs/test_fast_properties.py
 
-The same for GROUP BY expressions (``GROUP BY upper(k1)``) and expressions over aggregates in the
-select list (``100.00 * SUM(…) / NULLIF(SUM(d), 0)``, ``SUM(x) / 7.0``), over one table and a join,
-grouped or not: their parts kept in the helper state, a join aggregate's too (no group recomputed from
-the bases unless a MIN/MAX needs it).
+HAVING and computed keys / formulas: ``test_fast_having_formulas``; the shared streams and
+``run_stream``: ``tests.support.fast_cases``.
 
 The same for UNION ALL of projections (``union_projection``) over one base or several, a base read by
 two branches (duplicates across branches), changes on some bases only.
@@ -38,7 +32,6 @@ two branches (duplicates across branches), changes on some bases only.
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -46,22 +39,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fast_checks import Scenario, multiset_difference, phases_for_ci
-from tests.support.fast_shapes import SHAPES, Shape, having_aggregates, join_shapes, union_shapes
-from tests.support.fast_streams import (
-    Bump,
-    Delete,
-    DeleteAll,
-    DeleteExtreme,
-    DeleteGroup,
-    Insert,
-    MoveGroup,
-    On,
-    Purge,
-    Stream,
-    Update,
-    streams,
-)
+from tests.support.fast_cases import EVERYTHING, JOINED, run_stream
+from tests.support.fast_checks import multiset_difference, phases_for_ci
+from tests.support.fast_shapes import SHAPES, Shape, join_shapes, union_shapes
+from tests.support.fast_streams import DeleteExtreme, Insert, On, Purge, Stream, Update, streams
 from workers.config import Settings
 from workers.jobs.fast import apply as incremental_apply
 
@@ -74,39 +55,6 @@ MAX_MVS, MAX_ROUNDS = 3, 4  # generated examples (not under ci)
 MAX_JOIN_MVS, MAX_JOIN_ROUNDS = 3, 4
 
 
-@pytest.fixture(scope="module")
-def warehouse_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """One warehouse for the module: every example makes its own uniquely named tables (and drops them)."""
-    return Settings(warehouse=str(Path(tmp_path_factory.mktemp("fast-properties")) / "warehouse"))
-
-
-# What the run message of an incremental refresh of these kinds says of its plan.
-PLAN_WORDS = {
-    "aggregate": "linear over the base's change rows",
-    "join_aggregate": "linear over the join's change rows",
-    "aggregate_having": "keyed merge of recomputed groups",
-    "join_aggregate_having": "keyed merge of recomputed groups",
-    "union_projection": "UNION ALL over",
-    "tree": "operator tree [scan",  # the tree's rules, operator by operator (test_fast_tree)
-    "top_n": "top-N over maintained state (",  # and the inner query's rule (test_fast_top_n)
-}
-
-
-def run_stream(spark: Any, settings: Settings, shapes: list[Shape], stream: Stream) -> None:
-    scenario = Scenario(spark, settings, shapes)
-    try:
-        scenario.create(stream.initial, stream.others)
-        for ops in stream.rounds:
-            for op in ops:
-                scenario.apply(op)
-            scenario.refresh_all()
-    finally:
-        scenario.drop()
-    for mv, kind in scenario.kinds.items():  # every run message states the plan used
-        runs = [line for line in scenario.log if line.startswith(f"refresh {mv} ") and "incremental:" in line]
-        assert all(PLAN_WORDS.get(kind, "") in line for line in runs), runs
-
-
 def agg(template: str) -> Shape:
     return Shape("aggregate", template)
 
@@ -115,38 +63,6 @@ def proj(template: str) -> Shape:
     return Shape("projection", template)
 
 
-# Every kind of change at least once, on every aggregate function and NULL-able column type.
-EVERYTHING = Stream(
-    Insert(
-        (
-            ("a", 0, 5, Decimal("1.25"), 0.1),
-            ("a", 1, 2, Decimal("3.10"), 2 / 3),
-            ("a", None, 8, None, -1.5),
-            ("b", 0, 3, Decimal("-2.50"), None),
-            (None, 1, None, Decimal("0.00"), 1000.0),
-            (None, None, 4, None, 0.25),
-        ),
-        copies=(0, 3),  # exact duplicates of two rows
-    ),
-    (
-        (  # several commits, then one refresh: new groups, MIN/MAX losing their extreme, a moved row
-            Insert((("c", 0, -4, Decimal("99.99"), -7.75), (None, 0, 6, None, None))),
-            DeleteExtreme("MIN", "v", "a"),
-            DeleteExtreme("MAX", "x", None, whole_table=True),
-            Update(1, (("k1", "b"), ("v", None))),
-            Purge(),
-            Bump(0, 2),
-        ),
-        (  # a group vanishes, another merges into it, then everything goes and comes back
-            Purge(),
-            DeleteGroup("b"),
-            MoveGroup(None, "a"),
-            Delete(0),
-            DeleteAll(),
-            Insert((("a", 0, 1, Decimal("1.25"), 0.1), (None, None, None, None, None)), copies=(0,)),
-        ),
-    ),
-)
 EVERY_SHAPE = [
     # Keys after aggregates, a table alias in WHERE, COUNT(*) present (vanishing groups are visible).
     Shape(
@@ -207,53 +123,6 @@ def test_the_comparison_sees_a_lost_duplicate_a_null_and_float_drift() -> None:
     assert multiset_difference([(Decimal("1.25"),)], [(Decimal("1.26"),)]) is not None
 
 
-# Joins: both sides in one range, a join key moved, NULL keys, a many-to-many key, a side emptied and
-# refilled, a purge of each log.
-JOINED = Stream(
-    Insert(
-        (("a", 0, 5, Decimal("1.25"), 0.1), ("a", 1, 2, None, 2 / 3), (None, 1, 3, Decimal("0.00"), None)),
-        (0,),
-    ),
-    (
-        (
-            On(1, Insert((("a", 1, 4, Decimal("3.10"), -1.5), (None, 0, 1, None, 1000.0)))),
-            On(0, Update(0, (("k1", "b"),))),  # a row moves to another join partner (or none)
-            On(2, Insert((("c", 1, 7, Decimal("99.99"), 0.25),))),
-            On(1, DeleteExtreme("MIN", "v", "a")),
-            On(0, Insert((("b", 0, -4, Decimal("-2.50"), 0.1),), (1,))),
-            On(0, Purge()),
-        ),
-        (
-            On(1, MoveGroup("a", "b")),
-            On(2, Bump(1, 2)),
-            On(0, DeleteGroup("a")),
-            On(1, DeleteAll()),
-            On(1, Insert((("b", 1, 6, Decimal("1.25"), 2 / 3), ("b", None, 2, None, None)))),
-            On(1, Purge()),
-            On(2, Delete(0)),
-        ),
-    ),
-    others=(
-        Insert((("a", 0, 1, Decimal("1.25"), 0.25), ("a", 1, 8, None, -7.75), (None, 1, 2, None, 0.0)), (1,)),
-        Insert((("a", 0, 2, None, 0.1), ("b", 1, 3, Decimal("3.10"), None), (None, None, 5, None, 2 / 3))),
-    ),
-)
-JOINED_SHAPES = [
-    Shape(
-        "join_aggregate",
-        "SELECT b.k2, COUNT(*) AS n, SUM(a.v) AS s_v, AVG(b.v) AS a_bv, MIN(a.v) AS lo_v, SUM(a.x) AS s_x, "
-        "MAX(c.d) AS hi_cd FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2 "
-        "WHERE a.v IS NOT NULL GROUP BY b.k2",
-        3,
-    ),
-    Shape(
-        "join_projection",
-        "SELECT a.id, b.v, c.x + a.x AS xx FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON c.k2 = b.k2",
-        3,
-    ),
-]
-
-
 # The joins as TPC-H writes them (issue 28): columns unqualified (each base names its own, ``a_k1``,
 # ``b_k1``…, resolved against the bases' columns from their Delta logs), tables listed in FROM with
 # their equalities in WHERE, or joined ON unqualified columns; ORDER BY (not stored).
@@ -282,7 +151,7 @@ WRITTEN_SHAPES = [
     phases=PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# ``JOINED_SHAPES`` run in the expression test's CI example under ``JOINED`` (one scenario).
+# ``JOINED_SHAPES`` run in the expression test's CI example under ``JOINED`` (``test_fast_having_formulas``).
 @example(case=(WRITTEN_SHAPES, JOINED))
 @given(
     case=st.tuples(st.sampled_from([2, 3]), st.booleans()).flatmap(
@@ -296,92 +165,6 @@ def test_fast_refresh_of_a_join_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
 ) -> None:
     shapes, stream = case
-    run_stream(spark, warehouse_settings, shapes, stream)
-
-
-# HAVING: thresholds crossed both ways by the EVERYTHING stream (groups grow, lose rows, vanish, merge,
-# all go and come back), aggregates in HAVING that are not selected (MIN/MAX too), an output name and a
-# key in HAVING, a global aggregate whose one row comes and goes.
-HAVING_SHAPES = [
-    Shape(
-        "aggregate_having",
-        "SELECT k1, COUNT(*) AS n, SUM(v) AS s_v, AVG(x) AS a_x FROM {t} s WHERE s.v IS NOT NULL OR s.x > 0 "
-        "GROUP BY k1 HAVING COUNT(*) >= 2 AND n < 5 OR k1 IS NULL",
-    ),
-    Shape(
-        "aggregate_having",
-        "SELECT COUNT(*) AS n, MIN(x) AS lo_x FROM {t} HAVING SUM(v) > 5 AND MAX(v) - MIN(v) >= 2",
-    ),
-]
-
-
-# HAVING over a two-table join (``join_aggregate_having``): by the b.k2 key of the second base, groups
-# k2 = 0 and 1 are in, then out (k2 = 0 loses its only partner row, k2 = 1 gains a MAX(a.x) of 1000)
-# while a NULL-key group comes in, then all swap back (the second base emptied and refilled); the join's
-# one group (no GROUP BY) is out, in, out. Duplicate rows, rows the WHERE drops, a purge of each log.
-JOINED_HAVING = Stream(
-    Insert(
-        (
-            ("a", 0, 5, Decimal("1.25"), 0.1),
-            ("a", 1, 2, None, 2 / 3),
-            ("b", 1, 3, Decimal("0.00"), None),
-            (None, 0, 1, None, 0.25),
-        ),
-        copies=(0,),
-    ),
-    (
-        (
-            On(0, Insert((("b", 0, 4, None, 1000.0),))),
-            On(1, Delete(0)),
-            On(1, Insert(((None, None, 3, None, None), ("c", 0, 1, None, None), ("a", None, 4, None, None)))),
-            On(0, Insert((("c", 1, 7, None, -1.5), ("c", None, None, None, None)))),
-            On(0, Purge()),
-        ),
-        (
-            On(0, DeleteExtreme("MAX", "x", None, whole_table=True)),
-            On(0, Insert((("c", 1, 2, None, 0.1),))),
-            On(1, MoveGroup("b", "a")),
-            On(1, Purge()),
-            On(1, DeleteAll()),
-            On(1, Insert((("a", 1, 6, None, 2 / 3), ("c", 0, 2, Decimal("3.10"), None)))),
-        ),
-    ),
-    others=(
-        Insert(
-            (
-                ("a", 0, 1, None, 0.25),
-                ("a", 1, 8, None, -7.75),
-                ("b", 1, 2, Decimal("3.10"), None),
-                (None, 1, 5, None, 0.0),
-            )
-        ),
-    ),
-)
-JOINED_HAVING_SHAPES = [
-    Shape(
-        "join_aggregate_having",
-        "SELECT b.k2, COUNT(*) AS n, SUM(b.v) AS s_bv FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 "
-        "WHERE a.v IS NOT NULL GROUP BY b.k2 HAVING COUNT(*) >= 2 AND MAX(a.x) < 100",
-        2,
-    ),
-    Shape(
-        "join_aggregate_having",
-        "SELECT COUNT(*) AS n, MIN(a.v) AS lo_v FROM {t0} a JOIN {t1} b USING (k2) HAVING SUM(b.v) > 40",
-        2,
-    ),
-]
-
-
-@settings(
-    phases=PHASES,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-# ``HAVING_SHAPES`` run in the expression test's CI example under ``EVERYTHING`` (one scenario).
-@example(shapes=JOINED_HAVING_SHAPES, stream=JOINED_HAVING)
-@given(shapes=st.lists(having_aggregates(), min_size=1, max_size=MAX_MVS), stream=streams(MAX_ROUNDS))
-def test_fast_refresh_with_having_equals_the_query_at_its_watermark(
-    spark: Any, warehouse_settings: Settings, shapes: list[Shape], stream: Stream
-) -> None:
     run_stream(spark, warehouse_settings, shapes, stream)
 
 
@@ -425,62 +208,6 @@ UNION_SHAPE = Shape(
     )
 )
 def test_fast_refresh_of_a_union_all_equals_the_query_at_its_watermark(
-    spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
-) -> None:
-    shapes, stream = case
-    run_stream(spark, warehouse_settings, shapes, stream)
-
-
-# GROUP BY expressions and expressions over aggregates (issue 28, steps 2 and 3), over one table (the
-# EVERYTHING stream) and over a three-table join (JOINED): a formula whose denominator comes and goes
-# (NULLIF), a global formula over the join, a join aggregate without COUNT(*) (state tells a vanished
-# group) and one with AVG — each kept by its helper state, linear in the join's change rows.
-EXPRESSION_SHAPES = [
-    Shape(
-        "aggregate",
-        "SELECT coalesce(k1, 'none') AS ck, k2 % 2 AS kp, COUNT(*) AS n, SUM(v) AS s_v, "
-        "100.00 * SUM(CASE WHEN v > 2 THEN d ELSE 0 END) / NULLIF(SUM(d), 0) AS share "
-        "FROM {t} s WHERE s.v IS NOT NULL OR s.x > 0 GROUP BY coalesce(k1, 'none'), k2 % 2",
-    ),
-    Shape("aggregate", "SELECT SUM(x) / 7.0 AS per, AVG(v) * 2 + COUNT(d) AS mix FROM {t}"),
-    Shape("aggregate", "SELECT upper(k1) AS uk, SUM(v) AS s_v, AVG(x) AS a_x FROM {t} GROUP BY upper(k1)"),
-]
-_THREE = "FROM {t0} a JOIN {t1} b ON a.k1 = b.k1 JOIN {t2} c ON b.k2 = c.k2"
-JOIN_EXPRESSION_SHAPES = [
-    Shape(
-        "join_aggregate",
-        f"SELECT b.k2 % 2 AS kp, COUNT(*) AS n, SUM(a.v) AS s_v, AVG(b.v) AS a_bv, SUM(a.x) AS s_x {_THREE} "
-        "WHERE a.v IS NOT NULL GROUP BY b.k2 % 2",
-        3,
-    ),
-    Shape(
-        "join_aggregate",
-        "SELECT upper(a.k1) AS uk, "
-        "100.00 * SUM(CASE WHEN c.k2 = 1 THEN a.d ELSE 0 END) / NULLIF(SUM(a.d), 0) AS share, "
-        f"SUM(b.v) AS s_bv {_THREE} GROUP BY upper(a.k1)",
-        3,
-    ),
-    Shape("join_aggregate", f"SELECT SUM(a.v * c.v) / 7.0 AS per, COUNT(*) AS n {_THREE}", 3),
-]
-EXPRESSION_CASES = {1: EXPRESSION_SHAPES, 3: JOIN_EXPRESSION_SHAPES}
-
-
-@settings(
-    phases=PHASES,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-# The CI examples over one stream share a scenario (its bases, commits and purges): each MV refreshed and
-# checked on its own proves what an example of its own would, for one set-up. So the one-table HAVING
-# shapes run here with the expressions under ``EVERYTHING``, the join test's ``JOINED_SHAPES`` with the
-# join expressions under ``JOINED``.
-@example(case=(EXPRESSION_SHAPES + HAVING_SHAPES, EVERYTHING))
-@example(case=(JOIN_EXPRESSION_SHAPES + JOINED_SHAPES, JOINED))
-@given(
-    case=st.sampled_from(sorted(EXPRESSION_CASES)).flatmap(
-        lambda bases: st.tuples(st.just(EXPRESSION_CASES[bases]), streams(MAX_JOIN_ROUNDS, bases))
-    )
-)
-def test_fast_refresh_of_computed_keys_and_formulas_equals_the_query_at_its_watermark(
     spark: Any, warehouse_settings: Settings, case: tuple[list[Shape], Stream]
 ) -> None:
     shapes, stream = case

@@ -22,12 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.jobs.test_fast_properties import (  # noqa: F401
-    EVERYTHING,
-    JOINED,
-    run_stream,
-    warehouse_settings,
-)
+from tests.support.fast_cases import EVERYTHING, JOINED, run_stream
 from tests.support.fast_checks import phases_for_ci
 from tests.support.fast_shapes import Shape
 from tests.support.fast_streams import Stream, streams

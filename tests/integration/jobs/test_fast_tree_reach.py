@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from pyspark.sql.types import StructField, StructType
 
-from tests.integration.jobs.test_fast_properties import warehouse_settings  # noqa: F401
 from tests.support.fast_checks import Scenario
 from tests.support.fast_shapes import Shape
 from tests.support.fast_streams import DeleteGroup, Insert, On, Update

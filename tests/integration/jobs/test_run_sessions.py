@@ -89,3 +89,15 @@ def test_sessions_record_no_python_call_sites(spark: Any) -> None:
     assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
     utils._enable_debugging_cache = None  # noqa: SLF001 - read again from the active session
     assert not utils.is_debugging_enabled()
+
+
+def test_a_local_driver_gets_a_share_of_the_machine_not_sparks_1g(spark: Any) -> None:
+    """The test process's session was built with no MVS_SPARK_DRIVER_MEMORY (tests/integration/conftest.py):
+    its JVM's heap is the share of this machine ``memory.driver_memory`` gives, not Spark's 1g."""
+    from workers.jobs.spark import memory
+
+    expected = memory.driver_memory("", "local[2]", memory.machine_memory())
+    assert expected is not None and spark.sparkContext.getConf().get("spark.driver.memory") == expected
+    heap_mib = spark._jvm.java.lang.Runtime.getRuntime().maxMemory() // memory.MIB  # noqa: SLF001
+    assert heap_mib >= 0.9 * int(expected.removesuffix("m"))  # the JVM keeps a sliver for itself
+    assert heap_mib <= int(expected.removesuffix("m"))

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from workers import warehouse
 from workers.config import CACHE_DIR, Settings, spark_location
-from workers.jobs.spark import class_archive
+from workers.jobs.spark import class_archive, memory
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,9 @@ def _build(settings: Settings) -> SparkSession:
         # no Hive: no Hive UDFs, SerDes or persistent functions loading jars from a metastore.
         "spark.sql.catalogImplementation": "in-memory",
     }
+    heap = memory.driver_memory(settings.spark_driver_memory, settings.spark_master, memory.machine_memory())
+    if heap is not None:  # read by Spark's launcher: it takes effect for a JVM not started yet
+        conf["spark.driver.memory"] = heap
     if settings.spark_master.startswith("local"):
         # Everything in this process: loopback only (no hostname-resolution surprises on laptops
         # and containers), and Python UDF workers run this interpreter (the venv). A cluster
