@@ -69,11 +69,11 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
 LONGEST_FIRST = (
     "tests/integration/test_tpch.py",  # 561 s
     "tests/integration/jobs/test_fast_tree.py",  # 518 s (one CI example of three since)
-    # 841 s with two CI examples more, and the HAVING / formulas tests (split off, session 27: ~4 of
-    # its 8 examples' streams in each)
+    # 841 s with two CI examples more, before the HAVING / formulas tests were split off (session 27:
+    # 214 s and 195 s of test time alone on a quiet machine, about 2x that in a full run)
+    "tests/integration/jobs/test_fast_having_formulas.py",
     "tests/integration/jobs/test_fast_properties.py",
     "tests/integration/test_fleet.py",  # 418 s
-    "tests/integration/jobs/test_fast_having_formulas.py",
     "tests/integration/test_containers.py",  # 285 s; its images build in the background until then
     "tests/integration/jobs/test_fast_state.py",  # 270 s
     "tests/integration/jobs/test_fast_joins.py",  # 205 s
