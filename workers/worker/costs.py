@@ -228,9 +228,9 @@ class CostModel:
             return self
         if technique == COMPLETE:
             complete = self.complete_cost(shape, size)
-            fast = self.fast.aged() if self.fast is not None else None
             if size is not None and size.mv is None and took_ms >= complete.estimate_ms(rows):
                 return self  # a first build (it also makes the table) is no cheaper than a recompute
+            fast = self.fast.aged() if self.fast is not None else None
             return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
         return aged._learned_fast(rows, size, took_ms, shape, after_complete)
