@@ -87,6 +87,15 @@ def _handshake_failure(errors: Sequence[KafkaError], where: str) -> Authenticati
     return None
 
 
+def _reason(errors: Sequence[KafkaError]) -> str:
+    """The last error that says what went wrong: "1/1 brokers are down" follows every failed
+    connection and names no cause, so it is the reason only when nothing else was reported."""
+    for error in reversed(errors):
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            return _detail(error.str())
+    return _detail(errors[-1].str()) if errors else ""
+
+
 def _detail(text: str) -> str:
     """librdkafka's message without the ``<proto>://host:port/bootstrap: `` prefix, on one line."""
     head, sep, rest = text.partition("/bootstrap: ")
@@ -156,9 +165,13 @@ def probe(
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            admin.poll(0)  # a handshake failure reported as the last slice ended still counts
             with lock:
                 seen = list(errors)
-            reason = _detail(seen[-1].str()) if seen else last
+            failed = _handshake_failure(seen, where)
+            if failed is not None:
+                raise failed
+            reason = _reason(seen) or last
             raise BrokerUnreachable(
                 f"broker unreachable at {where} (no answer within {timeout_s:.3g}s: {reason})",
                 code="_ALL_BROKERS_DOWN",
@@ -172,8 +185,6 @@ def probe(
             admin.poll(0)  # serve the error callbacks of this attempt
             with lock:
                 failed = _handshake_failure(errors, where)
-                if errors:
-                    last = errors[-1].str()
             if failed is not None:
                 raise failed from exc
             continue
