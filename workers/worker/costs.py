@@ -60,7 +60,7 @@ _OLD_PRIORS = {FAST: (1200.0, 0.02), COMPLETE: (1000.0, 0.002)}
 class TechniqueCost:
     fixed_ms: float
     ms_per_row: float
-    runs: int = 0  # outcomes learnt from (0: a prior)
+    runs: int = 0  # outcomes learnt from (0: a prior, or COMPLETE's figure from the first build)
     idle: int = 0  # runs of the other technique since this one last ran (its figure's age)
 
     def estimate_ms(self, rows: int) -> float:
@@ -216,8 +216,10 @@ class CostModel:
         when the run's rows are unknown. A first build (no MV yet) teaches COMPLETE only a lower
         cost: it pays for making the table (Spark's writer, a cold start), which a recompute does
         not (taught by builds, FORCE kept FAST at 30 % of 1M rows where FAST took 2.8-3.9x COMPLETE:
-        ``bench.fast_vs_complete``, session 23). A FAST run ``after_complete`` may have rebuilt helper
-        state: it teaches REBUILD what it took over the steady estimate. While the steady cost is
+        ``bench.fast_vs_complete``, session 23); what it teaches counts as a prior (``runs`` 0):
+        the first recompute replaces it, and FORCE probes COMPLETE until one has run. A FAST run
+        ``after_complete`` may have rebuilt helper state: it teaches REBUILD what it took over the
+        steady estimate. While the steady cost is
         not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
         no state: it teaches both), a longer one teaches REBUILD alone; measured, a run within the
         steady figure teaches both too (the figure was too high), a longer one REBUILD alone, and the
@@ -228,9 +230,12 @@ class CostModel:
             return self
         if technique == COMPLETE:
             complete = self.complete_cost(shape, size)
-            if size is not None and size.mv is None and took_ms >= complete.estimate_ms(rows):
-                return self  # a first build (it also makes the table) is no cheaper than a recompute
             fast = self.fast.aged() if self.fast is not None else None
+            if size is not None and size.mv is None:
+                if took_ms >= complete.estimate_ms(rows):
+                    return self  # a first build (it also makes the table) is no cheaper than a recompute
+                # ...and may still be dearer (TPC-H SF 1, session 27: 1.2-2.7x): a prior, not runs.
+                return replace(self, complete=replace(complete.learned(rows, took_ms), runs=0), fast=fast)
             return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
         return aged._learned_fast(rows, size, took_ms, shape, after_complete)

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.config import Settings
+from tests.support.change_sizes import size
 from workers.ddl import analyze_query
 from workers.jobs.delta.metadata import decode_user_metadata, encode_user_metadata
 from workers.jobs.delta.sizes import (
     BaseChange,
     ChangeSize,
     TableSize,
-    commit_change,
-    no_change_rows,
-    rows_inserted_deleted,
 )
 from workers.worker.costs import (
     FAST_FIXED_MS,
@@ -38,17 +34,13 @@ from workers.worker.planning import (
     BULK_SHARE,
     COMPLETE,
     FAST,
-    REPROBE_AFTER_RUNS,
     CostModel,
     TechniqueCost,
     plan_run,
 )
 
-MODEL = CostModel(fast=TechniqueCost(1000.0, 0.02), complete=TechniqueCost(1000.0, 0.002))
-
-
-def size(change: int | None, base: int | None, mv: int | None = 0) -> ChangeSize:
-    return ChangeSize(change, None, TableSize(base, 1, 1), None if mv is None else TableSize(mv, 1, 1))
+# Both techniques measured (COMPLETE by a recompute: runs > 0), so the costs alone decide.
+MODEL = CostModel(fast=TechniqueCost(1000.0, 0.02, 1), complete=TechniqueCost(1000.0, 0.002, 1))
 
 
 def test_force_takes_the_cheaper_and_says_both_estimates() -> None:
@@ -129,7 +121,7 @@ def test_the_record_carries_the_candidates_and_sizes() -> None:
 def test_force_never_picks_the_dearer_and_once_complete_stays_complete_for_bigger_changes(
     base: int, changes: list[int], fast: tuple[float, float], complete: tuple[float, float]
 ) -> None:
-    model = CostModel(fast=TechniqueCost(*fast), complete=TechniqueCost(*complete))
+    model = CostModel(fast=TechniqueCost(*fast, runs=1), complete=TechniqueCost(*complete, runs=1))
     choices = []
     for change in sorted(min(c, base * 2) for c in changes):
         planned = plan_run("FORCE", None, size(change, base), model)
@@ -272,82 +264,6 @@ def test_a_rebuild_run_teaches_the_rebuild_not_the_steady_cost() -> None:
     assert after.choice == FAST and after.reason.startswith("fast: cost:")
 
 
-def test_fast_never_measured_is_probed_once_when_near_complete() -> None:
-    """FORCE tries FAST once where its prior is within PROBE_FACTOR of COMPLETE: a wrong FAST is
-    learnt from at once, a wrong COMPLETE would never be (FAST is measured only by running it)."""
-    near = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE 1.0 s; FAST's prior 0.8 s + rows
-    change = size(20_000, 1_000_000)  # FAST est. 1.2 s: dearer, but within PROBE_FACTOR (2x)
-    probe = plan_run("FORCE", None, change, near, PlanShape("projection", ("t",)))
-    assert probe.choice == FAST and probe.reason.startswith("fast: probe: FAST never run for this MV")
-    far = plan_run("FORCE", None, size(70_000, 1_000_000), near, PlanShape("projection", ("t",)))
-    assert far.choice == COMPLETE  # 2.2 s: past the factor
-    measured = replace(near, fast=TechniqueCost(FAST_FIXED_MS, 0.02, 1))
-    assert plan_run("FORCE", None, change, measured, PlanShape("projection", ("t",))).choice == COMPLETE
-
-
-# -- sizes from the Delta log's actions --------------------------------------------------------------
-def _add(rows: int, size_bytes: int, key: str = "add") -> dict[str, object]:
-    return {key: {"path": "p", "size": size_bytes, "stats": json.dumps({"numRecords": rows})}}
-
-
-def _info(operation: str, **metrics: int) -> dict[str, object]:
-    named = {k: str(v) for k, v in metrics.items()}
-    return {"commitInfo": {"operation": operation, "operationMetrics": named}}
-
-
-@pytest.mark.parametrize(
-    ("actions", "expected"),
-    [
-        ([_info("WRITE", numOutputRows=7), _add(7, 100)], (7, 100)),  # append
-        ([_info("DELETE", numDeletedRows=2), _add(98, 90), _add(100, 95, "remove")], (2, 185)),
-        ([_info("UPDATE", numUpdatedRows=3), _add(100, 90), _add(100, 95, "remove")], (6, 185)),
-        ([_info("MERGE", numTargetRowsInserted=1, numTargetRowsUpdated=2, numTargetRowsDeleted=3)], (8, 0)),
-        ([_info("WRITE", numOutputRows=50), _add(50, 10), _add(40, 8, "remove")], (90, 18)),  # overwrite
-        # no metric: the files' stats
-        ([{"commitInfo": {"operation": "OPTIMIZE?"}}, _add(5, 1), _add(5, 1, "remove")], (10, 2)),
-        # delta-rs's names
-        (
-            [{"commitInfo": {"operation": "WRITE", "operationMetrics": {"num_added_rows": 4}}}, _add(4, 3)],
-            (4, 3),
-        ),
-    ],
-)
-def test_a_commits_change_rows_come_from_its_metrics_else_its_files_stats(
-    actions: list[dict[str, object]], expected: tuple[int, int]
-) -> None:
-    assert commit_change(actions, 1) == expected  # type: ignore[arg-type]
-
-
-def test_a_range_holds_no_change_row_only_when_every_commit_says_so(tmp_path: Path) -> None:
-    """``no_change_rows``: read from the commit files; a data-changing file that may hold rows, a
-    change data file, or a commit file that is gone (nothing known) all mean "maybe changed"."""
-    local = Settings(namespace="t", warehouse=str(tmp_path))
-    log = tmp_path / "base" / "_delta_log"
-    log.mkdir(parents=True)
-    moved = {"add": {"path": "q", "size": 1, "dataChange": False, "stats": '{"numRecords": 9}'}}
-    commits: list[list[dict[str, object]]] = [
-        [_info("CREATE TABLE")],
-        [_info("SET TBLPROPERTIES")],  # v1: no file
-        [_info("OPTIMIZE"), moved, {"remove": {"path": "p", "dataChange": False}}],  # v2: rows moved only
-        [_info("DELETE", numDeletedRows=0), _add(0, 1)],  # v3: an empty data file
-        [_info("WRITE", numOutputRows=1), _add(1, 10)],  # v4: a row
-        [_info("DELETE"), {"remove": {"path": "q", "dataChange": True}}],  # v5: a file without stats
-        [_info("UPDATE"), {"cdc": {"path": "c", "size": 1, "dataChange": False}}],  # v6: change data
-    ]
-    for version, actions in enumerate(commits):
-        (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-    assert no_change_rows(local, "base", 0, 3) and no_change_rows(local, "base", 3, 3)
-    assert not any(no_change_rows(local, "base", v - 1, v) for v in (4, 5, 6))
-    assert not no_change_rows(local, "base", 0, 7)  # v7's commit file is not there
-
-
-def test_rows_inserted_and_deleted_of_an_mv_commit() -> None:
-    merge = {"numTargetRowsInserted": "4", "numTargetRowsUpdated": "2", "numTargetRowsDeleted": "1"}
-    assert rows_inserted_deleted("MERGE", merge) == (6, 3)
-    assert rows_inserted_deleted("WRITE", {"numOutputRows": "9"}) == (9, 0)
-    assert rows_inserted_deleted("OPTIMIZE", {}) is None
-
-
 def test_a_model_kept_in_an_mv_commit_is_restored_whole() -> None:
     taught = CostModel(
         fast=TechniqueCost(800.0, 0.5, 2),
@@ -402,54 +318,3 @@ def test_the_plan_shape_is_read_from_the_coordinators_analysis() -> None:
         "ON s.customer = c.id GROUP BY s.customer ORDER BY total DESC LIMIT 5"
     )
     assert (top.scans, top.top_n) == (("sales", "customers"), True)
-
-
-def test_a_first_build_teaches_complete_only_a_lower_cost() -> None:
-    """A first build also makes the MV table: no cheaper than a recompute, so only an upper bound."""
-    build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)  # no MV yet
-    prior = CostModel().estimate_ms(COMPLETE, build)
-    assert prior is not None
-    assert CostModel().learned(COMPLETE, build, prior * 3) == CostModel()
-    cheaper = CostModel().learned(COMPLETE, build, prior / 2).estimate_ms(COMPLETE, build)
-    assert cheaper == pytest.approx(prior / 2)
-    recompute = size(10, 1_000_000)  # the MV exists: a recompute teaches whatever it took
-    assert CostModel().learned(COMPLETE, recompute, 9000.0).estimate_ms(COMPLETE, recompute) == pytest.approx(
-        9000.0
-    )
-
-
-def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
-    """One FAST figure may be an outlier (a run under load): FAST left for COMPLETE is tried again
-    after REPROBE_AFTER_RUNS runs, within PROBE_FACTOR; its age rides in the MV commit's costs."""
-    shape, change = PlanShape("projection", ("t",)), size(10, 1_000_000)
-    model = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE est. 1.0 s
-    # FAST measured at 1.5 s after the build (no state rebuilt): dearer, within 2x.
-    model = model.learned(FAST, change, 1500.0, shape, after_complete=True)
-    assert model.fast is not None and model.fast.fixed_ms == pytest.approx(1500.0 - 0.2)
-    for run in range(REPROBE_AFTER_RUNS):
-        planned = plan_run("FORCE", None, change, model, shape)
-        assert planned.choice == COMPLETE, run
-        model = model.learned(COMPLETE, change, 1000.0, shape)
-    assert model.fast is not None and model.fast.idle == REPROBE_AFTER_RUNS
-    assert CostModel().restored(model.record()) == model  # a new owner counts on
-    probe = plan_run("FORCE", None, change, model, shape)
-    assert probe.choice == FAST
-    assert probe.reason.startswith(f"fast: probe: FAST last ran {REPROBE_AFTER_RUNS} runs ago")
-    # The outlier was the load: the probe (after a complete run: a rebuild in it too, if any) takes
-    # less than FAST's figure, which it bounds; FAST is the cheaper again.
-    quick = model.learned(FAST, change, 300.0, shape, after_complete=True)
-    assert quick.fast is not None and quick.fast.idle == 0 and quick.complete is not None
-    assert quick.fast.fixed_ms < 1000.0 and quick.complete.idle == 1
-    assert plan_run("FORCE", None, change, quick, shape).choice == FAST
-    # A probe dearer than the figure (it rebuilt state): the rest is the rebuild's; the figure stays,
-    # as old as it was, so the next run (not after a complete one) measures FAST steady.
-    slow = model.learned(FAST, change, 2500.0, shape, after_complete=True)
-    assert slow.fast == model.fast and slow.rebuild is not None and slow.rebuild.ms_per_row > 0
-    again = plan_run("FORCE", None, change, slow, shape)
-    assert again.choice == FAST and again.reason.startswith("fast: probe: FAST last ran")
-    steady = slow.learned(FAST, change, 1400.0, shape)
-    assert steady.fast is not None and steady.fast.idle == 0
-    assert plan_run("FORCE", None, change, steady, shape).choice == COMPLETE
-    # Far past the factor, FAST's old figure is not tried again.
-    far = replace(model, fast=replace(model.fast, fixed_ms=5000.0))
-    assert plan_run("FORCE", None, change, far, shape).choice == COMPLETE

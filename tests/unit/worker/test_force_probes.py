@@ -1,0 +1,145 @@
+"""FORCE's probes (pure: ``workers.worker.planning``): a technique whose figure may be wrong is run
+once within PROBE_FACTOR of the other, since a figure nothing runs is never corrected: FAST never
+measured or left for COMPLETE a while, COMPLETE known only from the first build or left for FAST."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.support.change_sizes import size
+from workers.jobs.delta.sizes import ChangeSize, TableSize
+from workers.worker.costs import FAST_FIXED_MS, PlanShape
+from workers.worker.planning import (
+    COMPLETE,
+    FAST,
+    PROBE_FACTOR,
+    REPROBE_AFTER_RUNS,
+    CostModel,
+    TechniqueCost,
+    plan_run,
+)
+
+
+def test_fast_never_measured_is_probed_once_when_near_complete() -> None:
+    """FORCE tries FAST once where its prior is within PROBE_FACTOR of COMPLETE: a wrong FAST is
+    learnt from at once, a wrong COMPLETE would never be (FAST is measured only by running it)."""
+    near = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE 1.0 s; FAST's prior 0.8 s + rows
+    change = size(20_000, 1_000_000)  # FAST est. 1.2 s: dearer, but within PROBE_FACTOR (2x)
+    probe = plan_run("FORCE", None, change, near, PlanShape("projection", ("t",)))
+    assert probe.choice == FAST and probe.reason.startswith("fast: probe: FAST never run for this MV")
+    far = plan_run("FORCE", None, size(70_000, 1_000_000), near, PlanShape("projection", ("t",)))
+    assert far.choice == COMPLETE  # 2.2 s: past the factor
+    measured = replace(near, fast=TechniqueCost(FAST_FIXED_MS, 0.02, 1))
+    assert plan_run("FORCE", None, change, measured, PlanShape("projection", ("t",))).choice == COMPLETE
+
+
+def test_a_first_build_teaches_complete_only_a_lower_cost() -> None:
+    """A first build also makes the MV table: no cheaper than a recompute, so only an upper bound."""
+    build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)  # no MV yet
+    prior = CostModel().estimate_ms(COMPLETE, build)
+    assert prior is not None
+    assert CostModel().learned(COMPLETE, build, prior * 3) == CostModel()
+    cheaper = CostModel().learned(COMPLETE, build, prior / 2).estimate_ms(COMPLETE, build)
+    assert cheaper == pytest.approx(prior / 2)
+    recompute = size(10, 1_000_000)  # the MV exists: a recompute teaches whatever it took
+    assert CostModel().learned(COMPLETE, recompute, 9000.0).estimate_ms(COMPLETE, recompute) == pytest.approx(
+        9000.0
+    )
+
+
+def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
+    """One FAST figure may be an outlier (a run under load): FAST left for COMPLETE is tried again
+    after REPROBE_AFTER_RUNS runs, within PROBE_FACTOR; its age rides in the MV commit's costs."""
+    shape, change = PlanShape("projection", ("t",)), size(10, 1_000_000)
+    model = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE est. 1.0 s
+    # FAST measured at 1.5 s after the build (no state rebuilt): dearer, within 2x.
+    model = model.learned(FAST, change, 1500.0, shape, after_complete=True)
+    assert model.fast is not None and model.fast.fixed_ms == pytest.approx(1500.0 - 0.2)
+    for run in range(REPROBE_AFTER_RUNS):
+        planned = plan_run("FORCE", None, change, model, shape)
+        assert planned.choice == COMPLETE, run
+        model = model.learned(COMPLETE, change, 1000.0, shape)
+    assert model.fast is not None and model.fast.idle == REPROBE_AFTER_RUNS
+    assert CostModel().restored(model.record()) == model  # a new owner counts on
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == FAST
+    assert probe.reason.startswith(f"fast: probe: FAST last ran {REPROBE_AFTER_RUNS} runs ago")
+    # The outlier was the load: the probe (after a complete run: a rebuild in it too, if any) takes
+    # less than FAST's figure, which it bounds; FAST is the cheaper again.
+    quick = model.learned(FAST, change, 300.0, shape, after_complete=True)
+    assert quick.fast is not None and quick.fast.idle == 0 and quick.complete is not None
+    assert quick.fast.fixed_ms < 1000.0 and quick.complete.idle == 1
+    assert plan_run("FORCE", None, change, quick, shape).choice == FAST
+    # A probe dearer than the figure (it rebuilt state): the rest is the rebuild's; the figure stays,
+    # as old as it was, so the next run (not after a complete one) measures FAST steady.
+    slow = model.learned(FAST, change, 2500.0, shape, after_complete=True)
+    assert slow.fast == model.fast and slow.rebuild is not None and slow.rebuild.ms_per_row > 0
+    again = plan_run("FORCE", None, change, slow, shape)
+    assert again.choice == FAST and again.reason.startswith("fast: probe: FAST last ran")
+    steady = slow.learned(FAST, change, 1400.0, shape)
+    assert steady.fast is not None and steady.fast.idle == 0
+    assert plan_run("FORCE", None, change, steady, shape).choice == COMPLETE
+    # Far past the factor, FAST's old figure is not tried again.
+    far = replace(model, fast=replace(model.fast, fixed_ms=5000.0))
+    assert plan_run("FORCE", None, change, far, shape).choice == COMPLETE
+
+
+def test_complete_known_only_from_the_build_is_probed_once_fast_is_measured() -> None:
+    """TPC-H SF 1 q20 (session 27): the build took 1.8 s (it also makes the table), FAST 1.6 s, a
+    recompute 0.86 s; FORCE ran FAST for good. The build's figure counts as a prior: COMPLETE runs
+    once, and its measure decides."""
+    shape, change = PlanShape("tree", ("lineitem", "part")), size(12_000, 7_000_000)
+    build = ChangeSize(None, None, TableSize(7_000_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 1800.0, shape)
+    assert model.complete is not None and model.complete.runs == 0  # a prior, from the build
+    assert model.estimate_ms(COMPLETE, change, shape) == pytest.approx(1800.0)
+    model = model.learned(FAST, change, 1600.0, shape)  # FAST measured (after its own probe)
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == COMPLETE
+    assert probe.reason.startswith("complete: probe: known only from the first build; FAST est. 1.6 s")
+    model = model.learned(COMPLETE, change, 860.0, shape)
+    assert model.complete is not None and model.complete.runs == 1
+    assert model.estimate_ms(COMPLETE, change, shape) == pytest.approx(860.0)  # the build's replaced
+    settled = plan_run("FORCE", None, change, model, shape)
+    assert settled.choice == COMPLETE and settled.reason.startswith("complete: cost:")
+    # A recompute dearer than FAST's figure sends FORCE back to FAST, for good.
+    dear = replace(model, complete=TechniqueCost(3000.0, 0.0, 2))
+    assert plan_run("FORCE", None, change, dear, shape).reason.startswith("fast: cost:")
+
+
+def test_complete_is_not_probed_far_from_fast_nor_at_its_prior() -> None:
+    shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
+    build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)
+    cheap_fast = TechniqueCost(400.0, 0.0, 2)
+    far = replace(CostModel().learned(COMPLETE, build, 900.0), fast=cheap_fast)  # 900 > 2 x 400
+    assert far.complete is not None and far.complete.runs == 0
+    assert plan_run("FORCE", None, change, far, shape).reason.startswith("fast: cost:")
+    # The build dearer than COMPLETE's prior taught nothing: the prior is no overestimate to correct.
+    at_prior = replace(CostModel().learned(COMPLETE, build, 99_000.0), fast=TechniqueCost(1000.0, 0.0, 2))
+    assert at_prior.complete is None
+    assert plan_run("FORCE", None, change, at_prior, shape).choice == FAST
+    # FAST not measured yet: FAST's probe first, one measurement at a time.
+    unmeasured = CostModel().learned(COMPLETE, build, 900.0)
+    assert plan_run("FORCE", None, change, unmeasured, shape).reason.startswith("fast:")
+
+
+def test_complete_left_for_fast_is_probed_again_after_a_while() -> None:
+    shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
+    model = CostModel(fast=TechniqueCost(800.0, 0.0, 3), complete=TechniqueCost(0.0, 0.0012, 2))
+    for run in range(REPROBE_AFTER_RUNS):
+        planned = plan_run("FORCE", None, change, model, shape)
+        assert planned.choice == FAST, run
+        model = model.learned(FAST, change, 800.0, shape)
+    assert model.complete is not None and model.complete.idle == REPROBE_AFTER_RUNS
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == COMPLETE
+    assert probe.reason.startswith(f"complete: probe: COMPLETE last ran {REPROBE_AFTER_RUNS} runs ago")
+    # Measured again as dear as before: FAST again, and its age starts over.
+    model = model.learned(COMPLETE, change, 1200.0, shape)
+    assert model.complete is not None and model.complete.idle == 0
+    assert plan_run("FORCE", None, change, model, shape).choice == FAST
+    # COMPLETE's figure past PROBE_FACTOR of FAST's: never tried again.
+    far = replace(model, complete=TechniqueCost(0.0, PROBE_FACTOR * 0.0009, 2, REPROBE_AFTER_RUNS))
+    assert plan_run("FORCE", None, change, far, shape).choice == FAST
