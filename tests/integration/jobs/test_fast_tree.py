@@ -87,6 +87,15 @@ NESTED_SHAPES = [
         "AND c.v > a.v) AND a.v > 2 GROUP BY a.k1",
         3,
     ),
+    # One key ties every input that changes (TPC-H Q21, Q18, Q4: ``keyed_block``): EXISTS and NOT
+    # EXISTS correlated to either side of an inner join by it, a LEFT JOIN by it.
+    Shape(
+        "tree",
+        "SELECT a.k1, b.v AS bv, c.k2 AS ck2 FROM {t0} a JOIN {t1} b ON b.k1 = a.k1 LEFT JOIN {t2} c "
+        "ON c.k1 = a.k1 AND c.v > 1 WHERE EXISTS (SELECT * FROM {t2} d WHERE d.k1 = b.k1 AND d.id <> a.id) "
+        "AND NOT EXISTS (SELECT * FROM {t1} e WHERE e.k1 = a.k1 AND e.v > a.v + b.v)",
+        3,
+    ),
     # IN and NOT IN (TPC-H Q16, Q18, Q20): NULLs in the NOT IN subquery reject every row.
     Shape(
         "tree",

@@ -101,6 +101,50 @@ def test_a_keyed_recompute_re_derives_only_the_keys_its_change_reaches(
         scenario.drop()
 
 
+# TPC-H Q21 and Q18's shape: every input tied by k1 (an inner join, EXISTS and NOT EXISTS correlated to
+# either side of it, an IN over an aggregate by k1 with HAVING), a condition on the outer input alone.
+ONE_KEY = Shape(
+    "tree",
+    "SELECT a.k1, COUNT(*) AS n, SUM(b.v) AS s FROM {t0} a JOIN {t1} b ON b.k1 = a.k1 "
+    "WHERE EXISTS (SELECT * FROM {t2} c WHERE c.k1 = a.k1 AND c.id <> a.id) "
+    "AND NOT EXISTS (SELECT * FROM {t2} d WHERE d.k1 = b.k1 AND d.v > a.v) "
+    "AND a.k1 IN (SELECT e.k1 FROM {t1} e GROUP BY e.k1 HAVING SUM(e.v) > 3) AND a.v > 2 GROUP BY a.k1",
+    3,
+)
+_KEYED_BLOCK = re.compile(r"(\d+) changed inputs: the block recomputed by [ab]\.k1 for (\d+) keys")
+
+
+def test_changed_inputs_tied_by_one_key_recompute_the_block_once_by_it(
+    spark: Any,
+    warehouse_settings: Settings,  # noqa: F811
+) -> None:
+    """Where every changed input is tied by one key, the block is recomputed by it for the keys the
+    changes reach (``keyed_block``): two copies of the join, not two per changed input; where only a
+    linear input changes, the sum's one term. Exact either way (checked at every refresh)."""
+    scenario = Scenario(spark, warehouse_settings, [ONE_KEY])
+    rows = Insert(tuple((k1, 0, v, None, None) for k1 in ("a", "b", "c", None) for v in (1, 3, 5)))
+    try:
+        scenario.create(rows, [rows, rows])
+        # The key "a" reached on all three bases (and "c" on one, NULL on another): one recompute by
+        # k1 over three keys at most (the outer condition a.v > 2 keeps those an outer row holds).
+        scenario.apply(On(0, Insert((("a", 1, 9, None, None), ("c", 1, 4, None, None)))))
+        scenario.apply(On(1, Insert((("a", 1, 2, None, None), (None, 1, 7, None, None)))))
+        scenario.apply(On(2, DeleteGroup("a")))
+        scenario.refresh_all()
+        found = _KEYED_BLOCK.search(scenario.log[-1])
+        assert found is not None, scenario.log[-1]
+        assert int(found.group(1)) == 5 and int(found.group(2)) <= 3, scenario.log[-1]  # a, b, c, d, e
+        scenario.apply(On(2, Insert((("b", 0, 0, None, None),))))  # c and d: the subqueries' base
+        scenario.refresh_all()
+        found = _KEYED_BLOCK.search(scenario.log[-1])
+        assert found is not None and found.groups() == ("2", "1"), scenario.log[-1]
+        scenario.apply(On(0, Insert((("b", 0, 8, None, None),))))  # a alone: the sum's one term
+        scenario.refresh_all()
+        assert _KEYED_BLOCK.search(scenario.log[-1]) is None, scenario.log[-1]
+    finally:
+        scenario.drop()
+
+
 def test_a_restriction_lists_every_key_type_exactly_nulls_included(spark: Any) -> None:
     """``restrict.restricted_rows`` over a frame held on the driver: the rows whose column is among
     the keys, no others, for each listed type (strings with quotes and backslashes, dates, decimals,

@@ -31,10 +31,16 @@ from pyspark.sql import DataFrame
 from workers.ddl.tree.values import Block, Keyed, Node, Scan
 from workers.jobs.fast.join import narrowed
 from workers.jobs.fast.operators.keyed import KEY, Evaluation, Keys, Signed
+from workers.jobs.fast.operators.keyed_block import key_class, keyed_block_delta
 
 
 def block_delta(ev: Evaluation, block: Block) -> Signed | None:
-    """Σ over the block's changed inputs of its term (gained rows, lost rows); None when none changed."""
+    """Σ over the block's changed inputs of its term (gained rows, lost rows); None when none changed.
+    Where one key ties every changed input, the block recomputed for the keys they reach instead
+    (``keyed_block``: two copies of the join, not two per changed input)."""
+    tied = key_class(ev, block)
+    if tied is not None:
+        return keyed_block_delta(ev, block, tied)
     gained: list[DataFrame] = []
     lost: list[DataFrame] = []
     for node in block.inputs:  # a subtree read twice, one occurrence keyed whole (TPC-H Q15's revenue):

@@ -64,6 +64,10 @@ class Evaluation(Protocol):
 
     def same(self, node: Node, other: Node) -> bool: ...
 
+    def changed(self, node: Node) -> bool: ...
+
+    def note(self, text: str) -> None: ...
+
 
 def aggregate_delta(ev: Evaluation, node: Aggregate) -> Signed | None:
     """The groups the input's change reaches, recomputed at new (gained) and at old (lost)."""

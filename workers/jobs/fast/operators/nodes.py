@@ -49,6 +49,10 @@ class Evaluation:
     _held_new: set[tuple[str, bool]] = field(default_factory=set)  # ``_at`` keys held by ``hold_new``
     # Each interior node's change rows (both signs), in the order held: what the run says it touched.
     changed_rows: list[tuple[Node, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how the run applied a rule, for its message
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     def sql(self, query: str, tables: dict[str, DataFrame]) -> DataFrame:
         self.scope.views.update(tables)

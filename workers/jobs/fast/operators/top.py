@@ -43,6 +43,7 @@ def tree_change(
     rules = "; ".join(tree.describe())
     touched = ", ".join(f"{label(node)} {rows}" for node, rows in ev.changed_rows)
     interior = f" (interior change rows: {touched})" if touched else ""
+    interior += "".join(f" ({note})" for note in ev.notes)
     return _named(change, f"operator tree [{rules}]{interior}"), frames.shared
 
 
