@@ -87,7 +87,7 @@ NESTED_SHAPES = [
         "AND c.v > a.v) AND a.v > 2 GROUP BY a.k1",
         3,
     ),
-    # One key ties every input that changes (TPC-H Q21, Q18, Q4: ``keyed_block``): EXISTS and NOT
+    # One key ties every input that changes (TPC-H Q21, Q18: ``keyed_block``): EXISTS and NOT
     # EXISTS correlated to either side of an inner join by it, a LEFT JOIN by it.
     Shape(
         "tree",

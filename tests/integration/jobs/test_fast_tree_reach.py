@@ -119,8 +119,8 @@ def test_changed_inputs_tied_by_one_key_recompute_the_block_once_by_it(
     warehouse_settings: Settings,  # noqa: F811
 ) -> None:
     """Where every changed input is tied by one key, the block is recomputed by it for the keys the
-    changes reach (``keyed_block``): two copies of the join, not two per changed input; where only a
-    linear input changes, the sum's one term. Exact either way (checked at every refresh)."""
+    changes reach (``keyed_block``): two copies of the join, not two per changed input; where fewer
+    than three inputs change, the sum's terms. Exact either way (checked at every refresh)."""
     scenario = Scenario(spark, warehouse_settings, [ONE_KEY])
     rows = Insert(tuple((k1, 0, v, None, None) for k1 in ("a", "b", "c", None) for v in (1, 3, 5)))
     try:
@@ -134,11 +134,12 @@ def test_changed_inputs_tied_by_one_key_recompute_the_block_once_by_it(
         found = _KEYED_BLOCK.search(scenario.log[-1])
         assert found is not None, scenario.log[-1]
         assert int(found.group(1)) == 5 and int(found.group(2)) <= 3, scenario.log[-1]  # a, b, c, d, e
-        scenario.apply(On(2, Insert((("b", 0, 0, None, None),))))  # c and d: the subqueries' base
+        scenario.apply(On(1, Insert((("b", 0, 0, None, None),))))  # b and e: three with c and d
+        scenario.apply(On(2, Insert((("b", 0, 0, None, None),))))
         scenario.refresh_all()
         found = _KEYED_BLOCK.search(scenario.log[-1])
-        assert found is not None and found.groups() == ("2", "1"), scenario.log[-1]
-        scenario.apply(On(0, Insert((("b", 0, 8, None, None),))))  # a alone: the sum's one term
+        assert found is not None and found.groups() == ("4", "1"), scenario.log[-1]
+        scenario.apply(On(2, Insert((("c", 0, 8, None, None),))))  # c and d alone: the sum's two terms
         scenario.refresh_all()
         assert _KEYED_BLOCK.search(scenario.log[-1]) is None, scenario.log[-1]
     finally:

@@ -36,8 +36,8 @@ from workers.jobs.fast.operators.keyed_block import key_class, keyed_block_delta
 
 def block_delta(ev: Evaluation, block: Block) -> Signed | None:
     """Σ over the block's changed inputs of its term (gained rows, lost rows); None when none changed.
-    Where one key ties every changed input, the block recomputed for the keys they reach instead
-    (``keyed_block``: two copies of the join, not two per changed input)."""
+    Where one key ties every changed input (three or more), the block recomputed for the keys they
+    reach instead (``keyed_block``: two copies of the join, not two per changed input)."""
     tied = key_class(ev, block)
     if tied is not None:
         return keyed_block_delta(ev, block, tied)

@@ -32,11 +32,13 @@ from pyspark.sql import functions as F
 from workers.ddl.tree.values import Aggregate, Block, Node, Scan, label
 from workers.jobs.fast.operators.keyed import KEY, Evaluation, Keys, Signed, plain_rows
 
-# Below this many changed inputs the sum's terms (2 per changed input) are as few, and read the change
-# rows themselves rather than the inputs restricted to their keys. And only where a keyed input changed
-# (its term is a keyed recompute already): the sum's linear terms narrow the unchanged inputs outside
-# the class by the change's other keys (TPC-H Q9's partsupp by part and supplier), this rule does not.
-MIN_CHANGED_INPUTS = 2
+# Below this many changed inputs the sum's terms (2 per changed input) are few, and read the change rows
+# themselves rather than the inputs restricted to the keys: at TPC-H SF 1 (one process, A/B by round)
+# Q21 (4-5 changed inputs) took 5.4-6.3 s by this rule against 7.5-8.5 s by the sum, Q18 (3) 4.8-6.5
+# against 5.3-7.3 s, but Q4 (2) 2.3-2.4 s against 1.4-2.2 s. And only where a keyed input changed (its
+# term is a keyed recompute already): the sum's linear terms narrow the unchanged inputs outside the
+# class by the change's other keys (TPC-H Q9's partsupp by part and supplier), this rule does not.
+MIN_CHANGED_INPUTS = 3
 
 
 def key_class(ev: Evaluation, block: Block) -> dict[str, str] | None:
