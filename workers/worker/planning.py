@@ -142,9 +142,15 @@ def plan_run(
         return planned(COMPLETE, f"complete: bulk change: {_change_text(size)}")
     if fast_ms is None or steady_ms is None or rebuild_ms is None or complete_ms is None:
         return planned(FAST, "fast: cost: sizes unknown, FAST while it can")
-    counted_ms = steady_ms + rebuild_ms / REBUILD_PAYBACK_RUNS
+    # One complete run since FAST ran (a probe, a bulk change, a switch by cost, which compared the
+    # steady figures): going back is judged on them too. Else a COMPLETE probe measured between FAST's
+    # steady figure and its rebuild-charged one would stay ~REPROBE_AFTER_RUNS runs on the dearer.
+    returning = after_complete and model.fast is not None and model.fast.idle == 1
+    counted_ms = steady_ms + (0.0 if returning else rebuild_ms / REBUILD_PAYBACK_RUNS)
     versus = f"FAST est. {_duration(fast_ms)}"
-    if rebuild_ms:
+    if rebuild_ms and returning:
+        versus += f" ({_duration(rebuild_ms)} of it a state rebuild, not counted after one complete run)"
+    elif rebuild_ms:
         versus += f" ({_duration(rebuild_ms)} of it a state rebuild, over {REBUILD_PAYBACK_RUNS} runs)"
     versus += f" vs COMPLETE est. {_duration(complete_ms)}"
     if complete_ms < counted_ms:

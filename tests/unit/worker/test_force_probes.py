@@ -143,3 +143,25 @@ def test_complete_left_for_fast_is_probed_again_after_a_while() -> None:
     # COMPLETE's figure past PROBE_FACTOR of FAST's: never tried again.
     far = replace(model, complete=TechniqueCost(0.0, PROBE_FACTOR * 0.0009, 2, REPROBE_AFTER_RUNS))
     assert plan_run("FORCE", None, change, far, shape).choice == FAST
+
+
+def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() -> None:
+    """A probe measuring COMPLETE between FAST's steady figure and its rebuild-charged one: leaving
+    COMPLETE after one run is judged on the steady figures, as entering it was (counting the rebuild
+    over 3 runs, it would stay on the dearer until FAST's re-probe, ~50 runs)."""
+    shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
+    model = CostModel(
+        fast=TechniqueCost(1600.0, 0.0, 3),
+        complete=TechniqueCost(0.0, 0.0018, 0),  # from the build: 1.8 s
+        rebuild=TechniqueCost(0.0, 0.0015, 2),  # a state rebuild: 1.5 s
+    )
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == COMPLETE and probe.reason.startswith("complete: probe: known only from")
+    measured = model.learned(COMPLETE, change, 1700.0, shape)
+    back = plan_run("FORCE", None, change, measured, shape, after_complete=True)
+    assert back.choice == FAST, back.reason
+    assert "not counted after one complete run" in back.reason
+    # Longer on COMPLETE (chosen by cost), the rebuild counts again, over its payback runs.
+    settled = replace(measured, fast=replace(measured.fast, idle=2))  # type: ignore[type-var]
+    stays = plan_run("FORCE", None, change, settled, shape, after_complete=True)
+    assert stays.choice == COMPLETE and "over 3 runs" in stays.reason

@@ -39,8 +39,9 @@ def block_delta(ev: Evaluation, block: Block) -> Signed | None:
     Where one key ties every changed input (three or more), the block recomputed for the keys they
     reach instead (``keyed_block``: two copies of the join, not two per changed input)."""
     tied = key_class(ev, block)
-    if tied is not None:
-        return keyed_block_delta(ev, block, tied)
+    recomputed = keyed_block_delta(ev, block, tied) if tied is not None else None
+    if recomputed is not None:
+        return recomputed
     gained: list[DataFrame] = []
     lost: list[DataFrame] = []
     for node in block.inputs:  # a subtree read twice, one occurrence keyed whole (TPC-H Q15's revenue):

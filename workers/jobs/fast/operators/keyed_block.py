@@ -59,10 +59,15 @@ def key_class(ev: Evaluation, block: Block) -> dict[str, str] | None:
     return None
 
 
-def keyed_block_delta(ev: Evaluation, block: Block, tied: dict[str, str]) -> Signed:
+def keyed_block_delta(ev: Evaluation, block: Block, tied: dict[str, str]) -> Signed | None:
     """The block's rows restricted to the keys its changed inputs' change rows hold (``tied``: the
-    key class, ``key_class``), at new (gained) and at old (lost)."""
+    key class, ``key_class``), at new (gained) and at old (lost); None where the class's columns are
+    not all of one type (the block's ``=`` casts one side, a restriction to one set of keys would
+    compare them as they are: '01' = 1 in the block, not '01' among '1')."""
     inputs = {n.view: n for n in block.inputs}
+    types = {_column_type(ev.at(inputs[view], False), column) for view, column in tied.items()}
+    if len(types) != 1:
+        return None
     changed = [n for n in block.inputs if ev.changed(n)]
     reached = _union(ev, [_change_keys(ev, n, tied[n.view]) for n in changed])
     keys, read = _narrowed(ev, block, tied, reached)
@@ -126,8 +131,15 @@ def _change_keys(ev: Evaluation, node: Node, column: str) -> Keys:
     return ev.keys(node, column)
 
 
+def _column_type(frame: DataFrame, column: str) -> str:
+    named = (f for f in frame.schema.fields if f.name.lower() == column.lower())
+    return next((f.dataType.simpleString() for f in named), f"no column {column}")
+
+
 def _union(ev: Evaluation, found: list[Keys]) -> Keys:
-    """One set of the keys (by position: Spark widens the types where they differ)."""
+    """One set of the keys (of one type: ``keyed_block_delta``); each set once (Q21's three lineitem
+    occurrences hold the same change rows: one memoized set)."""
+    found = list({id(k): k for k in found}.values())
     if len(found) == 1:
         return found[0]
     return ev.distinct_keys(reduce(DataFrame.union, [k.frame.select(F.col(KEY)) for k in found]))
