@@ -239,6 +239,9 @@ class Scenario:
                 assert result.applied, f"{mv}: {result.message}\n{self.story(mv)}"
                 assert result.message.startswith("incremental:"), f"{mv}: {result.message}"
                 assert result.watermark_after == pinned, result
+                # The run timed its rebuild of helper state exactly when it says it rebuilt one.
+                rebuilt = "state rebuilt from" in result.message
+                assert rebuilt == bool(result.rebuild_ms), f"{mv}: {result.rebuild_ms} ms, {result.message}"
             else:  # nothing committed since: the same watermark again is skipped
                 assert not result.applied and result.message.startswith("skipped"), result.message
             assert self.watermark(mv) == pinned, (mv, self.watermark(mv), pinned)

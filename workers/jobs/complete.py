@@ -51,6 +51,9 @@ class RefreshResult:
     # Rows the commit inserted into / deleted from the MV (its operation metrics), None: not known.
     rows_inserted: int | None = None
     rows_deleted: int | None = None
+    # FAST: the time it spent rebuilding helper state from the bases (0: none rebuilt); None: not
+    # measured (a complete refresh).
+    rebuild_ms: float | None = None
 
 
 def read_watermark(

@@ -50,6 +50,18 @@ class RunResult:
     rows_deleted: int | None = None
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What one run teaches the MV's cost model: its technique, sizes and time, whether the MV's run
+    before it recomputed it, and the part of it spent rebuilding helper state (None: not measured)."""
+
+    technique: str
+    size: ChangeSize | None
+    took_ms: float
+    after_complete: bool
+    rebuild_ms: float | None
+
+
 class Runner(Protocol):
     def base_versions(self, tables: list[str], *, quick: bool = False) -> dict[str, int]: ...
     def refresh(self, task: Record, *, run_id: str, job_group: str) -> RunResult: ...
@@ -188,7 +200,8 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            self._learn(request.task_id, ran, size_read, took_ms, decision.shape, after_complete)
+            learnt = Outcome(ran, size_read, took_ms, after_complete, result.rebuild_ms)
+            self._learn(request.task_id, learnt, decision.shape)
         message = result.message
         if not result.applied:
             message = "commit skipped by Delta: this result (epoch, watermark) was already applied"
@@ -245,22 +258,20 @@ class SparkRunner:
             if task_id not in self._costs:
                 self._costs[task_id] = self._priors.restored(costs)
 
-    def _learn(
-        self,
-        task_id: str,
-        technique: str,
-        size: ChangeSize | None,
-        took_ms: float,
-        shape: PlanShape | None,
-        after_complete: bool,
-    ) -> None:
+    def _learn(self, task_id: str, outcome: Outcome, shape: PlanShape | None) -> None:
+        technique = outcome.technique
         with self._lock:
             self._last_ran[task_id] = technique
             if not self._learns:
                 return
             model = self._costs.get(task_id) or self._priors
             self._costs[task_id] = model.learned(
-                technique, size, took_ms, shape, after_complete and technique == FAST
+                technique,
+                outcome.size,
+                outcome.took_ms,
+                shape,
+                outcome.after_complete and technique == FAST,
+                outcome.rebuild_ms if technique == FAST else None,
             )
 
     def _change_size(

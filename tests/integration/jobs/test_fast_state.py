@@ -20,6 +20,7 @@ from workers.catalog.names import mv_name_problem
 from workers.config import Settings
 from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
+from workers.jobs.complete import RefreshResult
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta.metadata import txn_version
@@ -69,11 +70,15 @@ def _complete(spark: Any, settings: Settings, query: str, run: str) -> None:
 
 
 def _fast(spark: Any, settings: Settings, run: str, query: str = QUERY) -> str:
+    return _fast_run(spark, settings, run, query).message
+
+
+def _fast_run(spark: Any, settings: Settings, run: str, query: str = QUERY) -> RefreshResult:
     request = run_request(settings, "mv_s", query, mode="FAST", run=run)
     result = incremental.refresh_incremental(spark, settings, request)
     assert result.applied and result.message.startswith("incremental:"), result.message
     _assert_equal(spark, settings, query)
-    return result.message
+    return result
 
 
 def _sorted(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -111,16 +116,20 @@ def test_avg_float_sum_count_col_and_vanishing_groups_need_no_base_read(
         [_row(1, "a", 5, "1.25", 0.1), _row(2, "a", None, None, None), _row(3, "b", 2, "3.10", 2 / 3)],
     )
     tables.append(spark, s, "sales", [_row(4, "c", 1, "0.01", 0.25)])
-    first = _fast(spark, s, "f1")  # no state yet: built from the base once
+    built = _fast_run(spark, s, "f1")  # no state yet: built from the base once, and timed as such
+    first = built.message
     assert "state rebuilt from the base in mv_s__mvstate" in first and "0 recomputed" in first, first
+    assert built.rebuild_ms is not None and built.rebuild_ms > 0, built
 
     # Inserts with NULLs, a delete, updates moving rows between groups (into a NULL key, too).
     tables.append(spark, s, "sales", [_row(5, "a", -3, "2.50", -1.5), _row(6, None, None, "0.00", None)])
     _dml(spark, s, "DELETE FROM {sales} WHERE id = 1")
     _dml(spark, s, "UPDATE {sales} SET g = 'b' WHERE id = 5")
     _dml(spark, s, "UPDATE {sales} SET g = NULL, x = 1000.0 WHERE id = 3")
-    moved = _fast(spark, s, "f2")
+    kept = _fast_run(spark, s, "f2")
+    moved = kept.message
     assert "0 recomputed from the base, state kept in mv_s__mvstate" in moved, moved
+    assert kept.rebuild_ms == 0.0, kept  # the state read, not rebuilt: nothing timed as a rebuild
     # The changed groups' state (a NULL key among them) merged by delta-rs, no Spark MERGE.
     state_commit = next(deltalog.iter_commits(spark, s, warehouse.state_table_name("mv_s")))
     assert (state_commit.engine or "").startswith("delta-rs"), state_commit

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.change_sizes import size
 from workers.jobs.delta.sizes import ChangeSize, TableSize
-from workers.worker.costs import FAST_FIXED_MS, PlanShape
+from workers.worker.costs import FAST_FIXED_MS, REBUILD, PlanShape
 from workers.worker.planning import (
     COMPLETE,
     FAST,
@@ -165,3 +165,29 @@ def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() ->
     settled = replace(measured, fast=replace(measured.fast, idle=2))  # type: ignore[type-var]
     stays = plan_run("FORCE", None, change, settled, shape, after_complete=True)
     assert stays.choice == COMPLETE and "over 3 runs" in stays.reason
+
+
+def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
+    """TPC-H Q05 (SF 1, session 28): the first FAST run after the build took 4.3 s, 2.6 s of it
+    rebuilding the join aggregate's state; the guess (within 2x of the steady prior: no state) put
+    4.3 s down as steady, and FORCE recomputed at 2.2-3.6 s where FAST took 1.3-1.8 s. Measured, the
+    steady cost learns 1.7 s and REBUILD 2.6 s, and FORCE stays on FAST."""
+    shape = PlanShape("aggregate", ("customer", "orders", "lineitem", "supplier", "nation", "region"))
+    change = size(15_000, 8_600_000)
+    model = CostModel(complete=TechniqueCost(0.0, 3100.0 / 8_600_000, 1))  # COMPLETE est. 3.1 s
+    guessed = model.learned(FAST, change, 4300.0, shape, after_complete=True)
+    assert plan_run("FORCE", None, change, guessed, shape).choice == COMPLETE  # the trap
+    taught = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuild_ms=2600.0)
+    assert taught.estimate_ms(FAST, change, shape) == pytest.approx(1700.0)
+    assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2600.0)
+    steady = plan_run("FORCE", None, change, taught, shape)
+    assert steady.choice == FAST and steady.reason.startswith("fast: cost:")
+    # A steady run that rebuilt nothing says nothing of REBUILD; one that rebuilt (its state lost)
+    # still teaches FAST only the rest.
+    again = taught.learned(FAST, change, 1500.0, shape, rebuild_ms=0.0)
+    assert again.rebuild == taught.rebuild
+    lost = taught.learned(FAST, change, 4000.0, shape, rebuild_ms=2500.0)
+    assert lost.estimate_ms(FAST, change, shape) == pytest.approx(0.5 * 1700.0 + 0.5 * 1500.0)
+    # No state kept (a rebuild of 0 ms after the build): REBUILD learns it costs nothing.
+    stateless = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuild_ms=0.0)
+    assert stateless.estimate_ms(REBUILD, change, shape) == 0.0

@@ -21,7 +21,9 @@ This module holds the shared parts (``Scope``, ``Change``, ``StateWrite``) and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -95,11 +97,23 @@ class Scope:
     mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum) where delta-rs commits
     run_id: str = ""
     views: set[str] = field(default_factory=set)
+    # Time the run spent rebuilding helper state from the bases (``rebuilding``): what a steady run
+    # would not pay, so the cost model learns the two apart (``workers.worker.costs``).
+    rebuild_ms: float = 0.0
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
 
     def step(self, what: str) -> None:
         """Name the Spark jobs of the run's next step (Spark UI, status store, ``run_stats``)."""
         self.session.sparkContext.setJobDescription(f"{self.run_id}: {what}")
+
+    @contextmanager
+    def rebuilding(self) -> Iterator[None]:
+        """Time the step inside as a rebuild of helper state (``rebuild_ms``)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.rebuild_ms += (time.monotonic() - began) * 1000
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by

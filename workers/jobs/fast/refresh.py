@@ -130,7 +130,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         finally:
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
-    return replace(result, spark_jobs=groups.spark_jobs(spark, request.job_group))
+    jobs = groups.spark_jobs(spark, request.job_group)
+    return replace(result, spark_jobs=jobs, rebuild_ms=scope.rebuild_ms)
 
 
 # ------------------------------------------------------------------------------------- preconditions

@@ -64,7 +64,8 @@ def top_n_change(
     watermark = {table: until for table, (_, until) in ranges.items()}
     trusted = _trusted(scope, name, mv, rows_layout(top))
     if trusted is None:
-        inner, shared = _rebuild(scope, request, top, ranges, watermark), False
+        with scope.rebuilding():
+            inner, shared = _rebuild(scope, request, top, ranges, watermark), False
     else:
         commits = RunCommit(scope.session, scope.settings, inner_request, rows_layout(top))
         run = InnerRun(inner_request, ranges, trusted)
@@ -127,6 +128,7 @@ def _maintain(
         change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
     finally:
         inner_scope.close()
+        scope.rebuild_ms += inner_scope.rebuild_ms
     return change, shared
 
 

@@ -165,8 +165,9 @@ def aggregate_merge(
                 new = state_columns(tracked, "st", "d")
                 note = f", state kept in {state.table}"
             else:  # rebuilt at the pinned version: the changed groups' new state is read from it
-                input_rows = with_computed_columns(scope, plan, at_v.rows())
-                rebuilt = rebuilt_state(scope, plan, tracked, input_rows, keyed)
+                with scope.rebuilding():
+                    input_rows = with_computed_columns(scope, plan, at_v.rows())
+                    rebuilt = rebuilt_state(scope, plan, tracked, input_rows, keyed)
                 rebuilt_rows = rebuilt.withColumn(IN_STATE, F.lit(True)).alias("st")
                 joined = joined.join(rebuilt_rows, null_safe("d", "st", skeys), "left")
                 new = state_columns(tracked, "st", None)
