@@ -54,6 +54,7 @@ class RefreshResult:
     # FAST: the time it spent rebuilding helper state from the bases (0: none rebuilt); None: not
     # measured (a complete refresh).
     rebuild_ms: float | None = None
+    rebuilt_instead: bool = False  # the rebuild replaced the change: the run was no steady one
 
 
 def read_watermark(

@@ -85,6 +85,15 @@ class TechniqueCost:
         return replace(self, idle=self.idle + 1)
 
 
+@dataclass(frozen=True)
+class Rebuilt:
+    """A FAST run's own measure of its rebuild of helper state: how long (0: none), and whether it
+    replaced the change the run would have applied."""
+
+    ms: float
+    instead: bool = False
+
+
 def _weighted(old: float, new: float, weight: float) -> float:
     return (1 - weight) * old + weight * new
 
@@ -212,6 +221,7 @@ class CostModel:
         shape: PlanShape | None = None,
         after_complete: bool = False,
         rebuild_ms: float | None = None,
+        rebuilt_instead: bool = False,
     ) -> CostModel:
         """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
         when the run's rows are unknown. A first build (no MV yet) teaches COMPLETE only a lower
@@ -228,7 +238,9 @@ class CostModel:
         the run did not measure its rebuild: a FAST run that says how long it rebuilt state
         (``rebuild_ms``, 0: none) teaches FAST the rest and REBUILD that time (a guess put TPC-H Q05's
         4.3 s first run, 2.6 s of it a rebuild, down as steady, and FORCE recomputed at 2.2-3.6 s
-        where FAST took 1.3-1.8). A run of one technique ages the other's figure (``idle``)."""
+        where FAST took 1.3-1.8); one whose rebuild replaced the change (``rebuilt_instead``: a
+        top-N's rows table recomputed) teaches REBUILD alone (Q21's steady FAST learnt 0.7 s from the
+        rest of such a run, against 6 s). A run of one technique ages the other's figure (``idle``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
@@ -243,7 +255,8 @@ class CostModel:
             return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
         if rebuild_ms is not None:
-            return aged._learned_measured(rows, size, took_ms, shape, after_complete, rebuild_ms)
+            measured = Rebuilt(rebuild_ms, rebuilt_instead)
+            return aged._learned_measured(rows, size, took_ms, shape, after_complete, measured)
         return aged._learned_fast(rows, size, took_ms, shape, after_complete)
 
     def _learned_measured(
@@ -253,15 +266,16 @@ class CostModel:
         took_ms: float,
         shape: PlanShape | None,
         after_complete: bool,
-        rebuild_ms: float,
+        rebuilt: Rebuilt,
     ) -> CostModel:
         """``learned`` for a FAST run that measured its own rebuild of helper state."""
-        steady = self.fast_cost(shape, size).learned(rows, max(took_ms - rebuild_ms, 0.0))
+        steady = self.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
+        fast = self.fast if rebuilt.instead else steady
         read_rows = rows_handled(REBUILD, size)
-        if read_rows is None or (rebuild_ms <= 0 and not after_complete):
-            return replace(self, fast=steady)  # nothing said of a rebuild's price
-        rebuild = self.rebuild_cost(shape, size).learned(read_rows, rebuild_ms)
-        return replace(self, fast=steady, rebuild=rebuild)
+        if read_rows is None or (rebuilt.ms <= 0 and not after_complete):
+            return replace(self, fast=fast)  # nothing said of a rebuild's price
+        rebuild = self.rebuild_cost(shape, size).learned(read_rows, rebuilt.ms)
+        return replace(self, fast=fast, rebuild=rebuild)
 
     def _learned_fast(
         self,

@@ -60,6 +60,7 @@ class Outcome:
     took_ms: float
     after_complete: bool
     rebuild_ms: float | None
+    rebuilt_instead: bool = False  # the rebuild replaced the change: no steady run to learn from
 
 
 class Runner(Protocol):
@@ -200,7 +201,9 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            learnt = Outcome(ran, size_read, took_ms, after_complete, result.rebuild_ms)
+            learnt = Outcome(
+                ran, size_read, took_ms, after_complete, result.rebuild_ms, result.rebuilt_instead
+            )
             self._learn(request.task_id, learnt, decision.shape)
         message = result.message
         if not result.applied:
@@ -272,6 +275,7 @@ class SparkRunner:
                 shape,
                 outcome.after_complete and technique == FAST,
                 outcome.rebuild_ms if technique == FAST else None,
+                outcome.rebuilt_instead,
             )
 
     def _change_size(

@@ -331,3 +331,32 @@ def test_integer_and_decimal_sums_need_no_count_and_no_state(
 def test_mv_names_cannot_take_the_state_suffix() -> None:
     assert "reserved for MV state tables" in (mv_name_problem("sales__mvstate") or "")
     assert warehouse.state_table_name("x" * 128) == "x" * 128 + "__mvstate"
+
+
+def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or_not(
+    spark: Any, local_settings: Settings
+) -> None:
+    """What the cost model learns FAST and REBUILD from (``workers.worker.costs``): a top-N built by a
+    FORCE complete run has no rows table; the first FAST run recomputes it instead of applying the
+    change, the next rebuilds its aggregate's state beside the change, the third rebuilds nothing."""
+    s = local_settings
+    query = "SELECT g, AVG(v) AS a_v, COUNT(*) AS n FROM sales GROUP BY g ORDER BY n DESC, g LIMIT 2"
+    tables.create_table(spark, s, "sales", [_row(1, "a", 5, None, None), _row(2, "b", 1, None, None)], SCHEMA)
+    mvlog.create_mv_log(spark, s, "sales")
+    built = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c0"))
+    assert built.applied and built.rebuild_ms is None  # a complete run measures no rebuild
+    runs = []
+    for run, row in enumerate(
+        [_row(3, "b", 2, None, None), _row(4, "c", 7, None, None), _row(5, "c", 1, None, None)]
+    ):
+        tables.append(spark, s, "sales", [row])
+        request = run_request(s, "mv_s", query, mode="FORCE", run=f"f{run}")
+        runs.append(incremental.refresh_incremental(spark, s, request))
+    rows_table, state, steady = runs
+    assert "top-N over maintained state (rebuild)" in rows_table.message, rows_table.message
+    assert rows_table.rebuilt_instead and (rows_table.rebuild_ms or 0) > 0, rows_table
+    assert "state rebuilt from the base" in state.message, state.message
+    assert not state.rebuilt_instead and (state.rebuild_ms or 0) > 0, state
+    assert "state kept in" in steady.message and steady.rebuild_ms == 0.0, steady
+    top = sorted((r["g"], r["n"]) for r in tables.read_table(spark, s, "mv_s"))
+    assert top == [("b", 2), ("c", 2)], top

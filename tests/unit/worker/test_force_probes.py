@@ -127,7 +127,8 @@ def test_complete_is_not_probed_far_from_fast_nor_at_its_prior() -> None:
 
 def test_complete_left_for_fast_is_probed_again_after_a_while() -> None:
     shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
-    model = CostModel(fast=TechniqueCost(800.0, 0.0, 3), complete=TechniqueCost(0.0, 0.0012, 2))
+    stateless = TechniqueCost(0.0, 0.0, 1)  # its FAST runs keep no helper state: nothing to rebuild
+    model = CostModel(TechniqueCost(800.0, 0.0, 3), TechniqueCost(0.0, 0.0012, 2), stateless)
     for run in range(REPROBE_AFTER_RUNS):
         planned = plan_run("FORCE", None, change, model, shape)
         assert planned.choice == FAST, run
@@ -136,6 +137,9 @@ def test_complete_left_for_fast_is_probed_again_after_a_while() -> None:
     probe = plan_run("FORCE", None, change, model, shape)
     assert probe.choice == COMPLETE
     assert probe.reason.startswith(f"complete: probe: COMPLETE last ran {REPROBE_AFTER_RUNS} runs ago")
+    # Where FAST keeps state, a probe costs its rebuild too (the FAST run after it): past the factor.
+    stateful = replace(model, rebuild=TechniqueCost(0.0, 0.0005, 1))  # 1.2 s + 0.5 s > 2 x 0.8 s
+    assert plan_run("FORCE", None, change, stateful, shape).choice == FAST
     # Measured again as dear as before: FAST again, and its age starts over.
     model = model.learned(COMPLETE, change, 1200.0, shape)
     assert model.complete is not None and model.complete.idle == 0
@@ -153,7 +157,7 @@ def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() ->
     model = CostModel(
         fast=TechniqueCost(1600.0, 0.0, 3),
         complete=TechniqueCost(0.0, 0.0018, 0),  # from the build: 1.8 s
-        rebuild=TechniqueCost(0.0, 0.0015, 2),  # a state rebuild: 1.5 s
+        rebuild=TechniqueCost(0.0, 0.001, 2),  # a state rebuild: 1.0 s (probe and rebuild within 2x)
     )
     probe = plan_run("FORCE", None, change, model, shape)
     assert probe.choice == COMPLETE and probe.reason.startswith("complete: probe: known only from")
@@ -188,6 +192,10 @@ def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
     assert again.rebuild == taught.rebuild
     lost = taught.learned(FAST, change, 4000.0, shape, rebuild_ms=2500.0)
     assert lost.estimate_ms(FAST, change, shape) == pytest.approx(0.5 * 1700.0 + 0.5 * 1500.0)
+    # A rebuild that replaced the change (a top-N's rows table recomputed, TPC-H Q21: 0.7 s left of a
+    # 4.4 s run, where steady FAST takes 6 s): REBUILD learns, the steady cost does not.
+    instead = model.learned(FAST, change, 4400.0, shape, True, rebuild_ms=3700.0, rebuilt_instead=True)
+    assert instead.fast is None and instead.estimate_ms(REBUILD, change, shape) == pytest.approx(3700.0)
     # No state kept (a rebuild of 0 ms after the build): REBUILD learns it costs nothing.
     stateless = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuild_ms=0.0)
     assert stateless.estimate_ms(REBUILD, change, shape) == 0.0

@@ -100,6 +100,7 @@ class Scope:
     # Time the run spent rebuilding helper state from the bases (``rebuilding``): what a steady run
     # would not pay, so the cost model learns the two apart (``workers.worker.costs``).
     rebuild_ms: float = 0.0
+    rebuilt_instead: bool = False  # the rebuild replaced the run's change (a top-N's rows table)
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
 
     def step(self, what: str) -> None:
@@ -107,8 +108,10 @@ class Scope:
         self.session.sparkContext.setJobDescription(f"{self.run_id}: {what}")
 
     @contextmanager
-    def rebuilding(self) -> Iterator[None]:
-        """Time the step inside as a rebuild of helper state (``rebuild_ms``)."""
+    def rebuilding(self, *, instead: bool = False) -> Iterator[None]:
+        """Time the step inside as a rebuild of helper state (``rebuild_ms``); ``instead``: it replaces
+        the change the run would apply (what is left of the run says nothing of a steady one)."""
+        self.rebuilt_instead = self.rebuilt_instead or instead
         began = time.monotonic()
         try:
             yield

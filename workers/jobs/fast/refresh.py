@@ -131,7 +131,9 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
     jobs = groups.spark_jobs(spark, request.job_group)
-    return replace(result, spark_jobs=jobs, rebuild_ms=scope.rebuild_ms)
+    return replace(
+        result, spark_jobs=jobs, rebuild_ms=scope.rebuild_ms, rebuilt_instead=scope.rebuilt_instead
+    )
 
 
 # ------------------------------------------------------------------------------------- preconditions

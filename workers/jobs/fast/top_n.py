@@ -64,7 +64,7 @@ def top_n_change(
     watermark = {table: until for table, (_, until) in ranges.items()}
     trusted = _trusted(scope, name, mv, rows_layout(top))
     if trusted is None:
-        with scope.rebuilding():
+        with scope.rebuilding(instead=True):
             inner, shared = _rebuild(scope, request, top, ranges, watermark), False
     else:
         commits = RunCommit(scope.session, scope.settings, inner_request, rows_layout(top))
