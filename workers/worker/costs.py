@@ -7,8 +7,8 @@ Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``
 - COMPLETE, a recomputation: per row it reads and writes (the bases' and the MV's);
 - REBUILD, what the first FAST run after a complete one pays on top of a steady run: its helper
   state (join aggregates, trees, top-N) is rebuilt from the bases, about a complete read (a complete
-  run does not keep that state). Per row of the complete run; an MV that keeps no state learns 0
-  (its first FAST run took no more than ``NO_REBUILD_FACTOR`` times a steady one's estimate).
+  run does not keep that state). Per row of the complete run; timed by the run itself (``Rebuilt``:
+  an MV that keeps no state learns 0).
 
 A cost not yet learnt is None and its prior is used; COMPLETE's at the machine's pace
 (``CostModel.pace``): the priors were calibrated on a quiet machine, and under load every run takes
@@ -47,8 +47,6 @@ FAST_MS_PER_ROW = 0.02
 FAST_JOIN_READ_SHARE, FAST_TREE_READ_SHARE = 0.1, 0.4
 # REBUILD's prior: a complete read of the rows COMPLETE handles.
 REBUILD_PRIOR_SHARE = 1.0
-# A first FAST run after a complete one within this factor of the steady prior rebuilt no state.
-NO_REBUILD_FACTOR = 2.0
 # The pace is at least 1 (FAST under its prior says the plan is light, not that the machine is fast)
 # and at most 10 (the loads seen: runs at 3-10x the priors).
 PACE_BOUNDS = (1.0, 10.0)
@@ -90,8 +88,11 @@ class Rebuilt:
     """A FAST run's own measure of its rebuild of helper state: how long (0: none), and whether it
     replaced the change the run would have applied."""
 
-    ms: float
+    ms: float = 0.0
     instead: bool = False
+
+
+NO_REBUILD = Rebuilt()
 
 
 def _weighted(old: float, new: float, weight: float) -> float:
@@ -220,27 +221,23 @@ class CostModel:
         took_ms: float,
         shape: PlanShape | None = None,
         after_complete: bool = False,
-        rebuild_ms: float | None = None,
-        rebuilt_instead: bool = False,
+        rebuilt: Rebuilt = NO_REBUILD,
     ) -> CostModel:
         """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
         when the run's rows are unknown. A first build (no MV yet) teaches COMPLETE only a lower
         cost: it pays for making the table (Spark's writer, a cold start), which a recompute does
         not (taught by builds, FORCE kept FAST at 30 % of 1M rows where FAST took 2.8-3.9x COMPLETE:
         ``bench.fast_vs_complete``, session 23); what it teaches counts as a prior (``runs`` 0):
-        the first recompute replaces it, and FORCE probes COMPLETE until one has run. A FAST run
-        ``after_complete`` may have rebuilt helper state: it teaches REBUILD what it took over the
-        steady estimate. While the steady cost is
-        not measured, a run within ``NO_REBUILD_FACTOR`` of its prior rebuilt nothing (the MV keeps
-        no state: it teaches both), a longer one teaches REBUILD alone; measured, a run within the
-        steady figure teaches both too (the figure was too high), a longer one REBUILD alone, and the
-        figure keeps its age, so that the next run probes FAST steady. Those guesses stand only where
-        the run did not measure its rebuild: a FAST run that says how long it rebuilt state
-        (``rebuild_ms``, 0: none) teaches FAST the rest and REBUILD that time (a guess put TPC-H Q05's
-        4.3 s first run, 2.6 s of it a rebuild, down as steady, and FORCE recomputed at 2.2-3.6 s
-        where FAST took 1.3-1.8); one whose rebuild replaced the change (``rebuilt_instead``: a
-        top-N's rows table recomputed) teaches REBUILD alone (Q21's steady FAST learnt 0.7 s from the
-        rest of such a run, against 6 s). A run of one technique ages the other's figure (``idle``)."""
+        the first recompute replaces it, and FORCE probes COMPLETE until one has run.
+
+        A FAST run says how long it rebuilt helper state (``rebuilt``): the steady cost learns the
+        rest of the run, and REBUILD that time where the run came right ``after_complete`` (what
+        the planner charges such a run). Before runs measured it, a guess split a first run (within
+        2x of the steady prior: no state kept) and put TPC-H Q05's 4.3 s, 2.6 s of it a rebuild,
+        down as steady: FORCE recomputed at 2.2-3.6 s where FAST took 1.3-1.8. A rebuild that
+        replaced the change (a top-N's rows table recomputed) leaves the steady cost as it was,
+        age included (Q21's would have learnt 0.7 s from the rest of such a run, against 6 s): the
+        next run probes FAST steady. A run of one technique ages the other's figure (``idle``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
@@ -254,50 +251,12 @@ class CostModel:
                 return replace(self, complete=replace(complete.learned(rows, took_ms), runs=0), fast=fast)
             return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
-        if rebuild_ms is not None:
-            measured = Rebuilt(rebuild_ms, rebuilt_instead)
-            return aged._learned_measured(rows, size, took_ms, shape, after_complete, measured)
-        return aged._learned_fast(rows, size, took_ms, shape, after_complete)
-
-    def _learned_measured(
-        self,
-        rows: int,
-        size: ChangeSize | None,
-        took_ms: float,
-        shape: PlanShape | None,
-        after_complete: bool,
-        rebuilt: Rebuilt,
-    ) -> CostModel:
-        """``learned`` for a FAST run that measured its own rebuild of helper state."""
-        steady = self.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
-        fast = self.fast if rebuilt.instead else steady
+        steady = aged.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
+        fast = aged.fast if rebuilt.instead else steady
         read_rows = rows_handled(REBUILD, size)
-        if read_rows is None or (rebuilt.ms <= 0 and not after_complete):
-            return replace(self, fast=fast)  # nothing said of a rebuild's price
-        rebuild = self.rebuild_cost(shape, size).learned(read_rows, rebuilt.ms)
-        return replace(self, fast=fast, rebuild=rebuild)
-
-    def _learned_fast(
-        self,
-        rows: int,
-        size: ChangeSize | None,
-        took_ms: float,
-        shape: PlanShape | None,
-        after_complete: bool,
-    ) -> CostModel:
-        """``learned`` for a FAST run."""
-        fast = self.fast_cost(shape, size)
-        if not after_complete:
-            return replace(self, fast=fast.learned(rows, took_ms))
-        read_rows = rows_handled(REBUILD, size)
-        if read_rows is None:
-            return self
-        steady_ms, rebuild = fast.estimate_ms(rows), self.rebuild_cost(shape, size)
-        # Measured already (FAST probed again), a run with its rebuild no dearer than the steady
-        # figure says that figure was too high (an outlier): the figure moves towards the run.
-        if took_ms <= (NO_REBUILD_FACTOR if self.fast is None else 1.0) * steady_ms:
-            return replace(self, fast=fast.learned(rows, took_ms), rebuild=rebuild.learned(read_rows, 0.0))
-        return replace(self, rebuild=rebuild.learned(read_rows, max(took_ms - steady_ms, 0.0)))
+        if not after_complete or read_rows is None:
+            return replace(aged, fast=fast)
+        return replace(aged, fast=fast, rebuild=aged.rebuild_cost(shape, size).learned(read_rows, rebuilt.ms))
 
     def record(self) -> dict[str, tuple[float, ...]]:
         """Technique → (fixed ms, ms per row, runs, idle) of each learnt cost: what an MV commit keeps

@@ -12,7 +12,8 @@ when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is lear
 left at once, a wrong COMPLETE would never be; so is FAST left for COMPLETE ``REPROBE_AFTER_RUNS``
 runs ago (its one figure may be an outlier, or stale). The same holds the other way: COMPLETE known
 only from the first build (which also makes the table: 1.2-2.7x a recompute on TPC-H SF 1), or left
-for FAST that many runs, is tried under the same factor once FAST is measured; not COMPLETE at its
+for FAST that many runs, is tried once FAST is measured, when it and the rebuild of FAST's state it
+causes are within the same factor of FAST; not COMPLETE at its
 prior (the build was dearer than it: the recompute likely is too) (q20 at SF 1 ran FAST
 at 1.9 s for good against its build's 1.8 s, where a recompute took 0.86 s). FAST and COMPLETE keep
 their meaning: the planning information then says what the other would have cost.

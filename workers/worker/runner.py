@@ -24,6 +24,7 @@ from workers.jobs.delta.sizes import ChangeSize, change_size
 from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
+from workers.worker.costs import Rebuilt
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
@@ -59,7 +60,7 @@ class Outcome:
     size: ChangeSize | None
     took_ms: float
     after_complete: bool
-    rebuild_ms: float | None
+    rebuild_ms: float | None  # FAST: None when it applied no change row
     rebuilt_instead: bool = False  # the rebuild replaced the change: no steady run to learn from
 
 
@@ -268,14 +269,11 @@ class SparkRunner:
             if not self._learns:
                 return
             model = self._costs.get(task_id) or self._priors
+            if technique == FAST and outcome.rebuild_ms is None:
+                return  # no change row applied (only the watermark moved): no run to learn from
+            rebuilt = Rebuilt(outcome.rebuild_ms or 0.0, outcome.rebuilt_instead)
             self._costs[task_id] = model.learned(
-                technique,
-                outcome.size,
-                outcome.took_ms,
-                shape,
-                outcome.after_complete and technique == FAST,
-                outcome.rebuild_ms if technique == FAST else None,
-                outcome.rebuilt_instead,
+                technique, outcome.size, outcome.took_ms, shape, outcome.after_complete, rebuilt
             )
 
     def _change_size(

@@ -5,6 +5,8 @@ the rows are too many."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from workers.config import Settings
 from workers.jobs.changes import mvlog
 from workers.jobs.changes import rs_reads as rs_changes
 from workers.jobs.delta import arrow as rs_arrow
+from workers.jobs.spark import held
 
 pytestmark = pytest.mark.integration
 
@@ -199,3 +202,32 @@ def test_a_small_table_delta_rs_committed_to_reads_whole_without_a_checksum(
         expected = spark.read.format("delta").option("versionAsOf", 1).load(path)
         assert found is not None and found.schema == expected.schema
         assert found.exceptAll(expected).isEmpty() and expected.exceptAll(found).isEmpty()
+
+
+def test_a_small_base_version_is_held_for_the_next_runs_until_its_table_is_made_again(
+    spark: Any, local_settings: Settings
+) -> None:
+    """``read_small_kept``: the rows of a version never change, so the next run's read takes them held
+    (here: its data files gone, they still read, from another session; past ``LOCAL_ROWS`` they are
+    an RDD of Arrow batches); a table made again under the same name and version (another table id)
+    is read anew, and so is a newer version."""
+    s = local_settings
+    path = warehouse.table_path(s, "dim")
+    many = held.LOCAL_ROWS + 5
+    _rows(spark, 0, many).write.format("delta").save(path)
+    first = rs_arrow.read_small_kept(spark, s, "dim", 0)
+    assert first is not None and first.count() == many
+    assert first._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() != "LocalRelation"
+    for data_file in warehouse.rs_table(s, "dim", 0).file_uris():
+        os.remove(data_file.removeprefix("file://"))
+    session = spark.newSession()
+    kept = rs_arrow.read_small_kept(session, s, "dim", 0)
+    assert kept is not None and kept.sparkSession is session  # rebound to the run's own session
+    assert kept.count() == many and kept.where("id = 7").first().name == "n7"  # type: ignore[union-attr]
+    shutil.rmtree(path)
+    _rows(spark, 10, 12).write.format("delta").save(path)  # version 0 again, another table
+    again = rs_arrow.read_small_kept(spark, s, "dim", 0)
+    assert again is not None and sorted(r.id for r in again.collect()) == [10, 11]
+    _rows(spark, 12, 13).write.format("delta").mode("append").save(path)
+    newer = rs_arrow.read_small_kept(spark, s, "dim", 1)
+    assert newer is not None and sorted(r.id for r in newer.collect()) == [10, 11, 12]

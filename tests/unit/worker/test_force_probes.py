@@ -5,12 +5,14 @@ measured or left for COMPLETE a while, COMPLETE known only from the first build 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tests.support.change_sizes import size
+from workers.config import Settings
 from workers.jobs.delta.sizes import ChangeSize, TableSize
-from workers.worker.costs import FAST_FIXED_MS, REBUILD, PlanShape
+from workers.worker.costs import FAST_FIXED_MS, REBUILD, PlanShape, Rebuilt
 from workers.worker.planning import (
     COMPLETE,
     FAST,
@@ -20,6 +22,7 @@ from workers.worker.planning import (
     TechniqueCost,
     plan_run,
 )
+from workers.worker.runner import Outcome, SparkRunner
 
 
 def test_fast_never_measured_is_probed_once_when_near_complete() -> None:
@@ -72,12 +75,12 @@ def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
     assert quick.fast is not None and quick.fast.idle == 0 and quick.complete is not None
     assert quick.fast.fixed_ms < 1000.0 and quick.complete.idle == 1
     assert plan_run("FORCE", None, change, quick, shape).choice == FAST
-    # A probe dearer than the figure (it rebuilt state): the rest is the rebuild's; the figure stays,
-    # as old as it was, so the next run (not after a complete one) measures FAST steady.
-    slow = model.learned(FAST, change, 2500.0, shape, after_complete=True)
-    assert slow.fast == model.fast and slow.rebuild is not None and slow.rebuild.ms_per_row > 0
-    again = plan_run("FORCE", None, change, slow, shape)
-    assert again.choice == FAST and again.reason.startswith("fast: probe: FAST last ran")
+    # A probe that rebuilt state (2 s of its 2.5 s): the rebuild's part is REBUILD's, the rest FAST's.
+    slow = model.learned(FAST, change, 2500.0, shape, after_complete=True, rebuilt=Rebuilt(2000.0))
+    assert slow.fast is not None and slow.fast.idle == 0 and slow.fast.fixed_ms < model.fast.fixed_ms
+    # REBUILD had learnt 0 from the first run (nothing rebuilt then): half-way to 2 s now.
+    assert slow.rebuild is not None and slow.rebuild.ms_per_row == pytest.approx(1000.0 / 1_000_000)
+    assert plan_run("FORCE", None, change, slow, shape).choice == FAST
     steady = slow.learned(FAST, change, 1400.0, shape)
     assert steady.fast is not None and steady.fast.idle == 0
     assert plan_run("FORCE", None, change, steady, shape).choice == COMPLETE
@@ -173,29 +176,45 @@ def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() ->
 
 def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
     """TPC-H Q05 (SF 1, session 28): the first FAST run after the build took 4.3 s, 2.6 s of it
-    rebuilding the join aggregate's state; the guess (within 2x of the steady prior: no state) put
+    rebuilding the join aggregate's state; a guess (within 2x of the steady prior: no state) put
     4.3 s down as steady, and FORCE recomputed at 2.2-3.6 s where FAST took 1.3-1.8 s. Measured, the
     steady cost learns 1.7 s and REBUILD 2.6 s, and FORCE stays on FAST."""
     shape = PlanShape("aggregate", ("customer", "orders", "lineitem", "supplier", "nation", "region"))
     change = size(15_000, 8_600_000)
     model = CostModel(complete=TechniqueCost(0.0, 3100.0 / 8_600_000, 1))  # COMPLETE est. 3.1 s
-    guessed = model.learned(FAST, change, 4300.0, shape, after_complete=True)
+    guessed = model.learned(FAST, change, 4300.0, shape, after_complete=True)  # as if none rebuilt
     assert plan_run("FORCE", None, change, guessed, shape).choice == COMPLETE  # the trap
-    taught = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuild_ms=2600.0)
+    taught = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuilt=Rebuilt(2600.0))
     assert taught.estimate_ms(FAST, change, shape) == pytest.approx(1700.0)
     assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2600.0)
     steady = plan_run("FORCE", None, change, taught, shape)
     assert steady.choice == FAST and steady.reason.startswith("fast: cost:")
-    # A steady run that rebuilt nothing says nothing of REBUILD; one that rebuilt (its state lost)
-    # still teaches FAST only the rest.
-    again = taught.learned(FAST, change, 1500.0, shape, rebuild_ms=0.0)
-    assert again.rebuild == taught.rebuild
-    lost = taught.learned(FAST, change, 4000.0, shape, rebuild_ms=2500.0)
+    # Not right after a complete run, a rebuild (its state lost, or a top-N's second one) teaches
+    # FAST only the rest, and REBUILD nothing: it prices the first FAST run after a complete one.
+    lost = taught.learned(FAST, change, 4000.0, shape, rebuilt=Rebuilt(2500.0))
     assert lost.estimate_ms(FAST, change, shape) == pytest.approx(0.5 * 1700.0 + 0.5 * 1500.0)
+    assert lost.rebuild == taught.rebuild
     # A rebuild that replaced the change (a top-N's rows table recomputed, TPC-H Q21: 0.7 s left of a
     # 4.4 s run, where steady FAST takes 6 s): REBUILD learns, the steady cost does not.
-    instead = model.learned(FAST, change, 4400.0, shape, True, rebuild_ms=3700.0, rebuilt_instead=True)
+    instead = model.learned(FAST, change, 4400.0, shape, True, Rebuilt(3700.0, instead=True))
     assert instead.fast is None and instead.estimate_ms(REBUILD, change, shape) == pytest.approx(3700.0)
-    # No state kept (a rebuild of 0 ms after the build): REBUILD learns it costs nothing.
-    stateless = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuild_ms=0.0)
+    # No state kept (nothing rebuilt after the build): REBUILD learns it costs nothing.
+    stateless = model.learned(FAST, change, 4300.0, shape, after_complete=True)
     assert stateless.estimate_ms(REBUILD, change, shape) == 0.0
+
+
+def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_without_change(
+    tmp_path: Path,
+) -> None:
+    """``SparkRunner._learn`` (no Spark: the model is pure): the job's ``rebuild_ms`` splits the run;
+    a FAST run that only moved the watermark (``rebuild_ms`` None) teaches nothing."""
+    runner = SparkRunner(Settings(warehouse=str(tmp_path)))
+    shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
+    runner._learn("mv:a", Outcome(FAST, change, 30.0, True, None), shape)  # noqa: SLF001
+    assert runner.cost_model("mv:a") == CostModel()
+    runner._learn("mv:a", Outcome(FAST, change, 2500.0, True, 2000.0), shape)  # noqa: SLF001
+    taught = runner.cost_model("mv:a")
+    assert taught.estimate_ms(FAST, change, shape) == pytest.approx(500.0)
+    assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2000.0)
+    runner._learn("mv:a", Outcome(COMPLETE, change, 900.0, False, None), shape)  # noqa: SLF001
+    assert runner.cost_model("mv:a").estimate_ms(COMPLETE, change, shape) == pytest.approx(900.0)

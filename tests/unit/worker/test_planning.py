@@ -27,6 +27,7 @@ from workers.worker.costs import (
     FAST_TREE_READ_SHARE,
     REBUILD,
     PlanShape,
+    Rebuilt,
     joined_rows,
 )
 from workers.worker.decision import plan_shape
@@ -244,20 +245,22 @@ def test_a_fast_run_after_a_complete_one_counts_its_state_rebuild() -> None:
 
 def test_a_rebuild_run_teaches_the_rebuild_not_the_steady_cost() -> None:
     change = size(10, 1_000_000)
+    """The run times its own rebuild (``Rebuilt``): the steady cost learns the rest of the run."""
     known = CostModel(fast=TechniqueCost(500.0, 0.0, 3), complete=TechniqueCost(0.0, 0.001, 1))
-    taught = known.learned(FAST, change, 2500.0, after_complete=True)
-    assert taught.fast == known.fast
+    taught = known.learned(FAST, change, 2500.0, after_complete=True, rebuilt=Rebuilt(2000.0))
+    assert taught.fast == TechniqueCost(pytest.approx(500.0), 0.0, 4)
     assert taught.rebuild == TechniqueCost(0.0, pytest.approx(2000.0 / 1_000_000), 1)
-    # FAST not measured yet: a run near its steady prior rebuilt nothing (the MV keeps no state)...
+    # A first run after the build that rebuilt nothing: the MV keeps no state, whatever it took.
     fresh, shape = CostModel(complete=TechniqueCost(0.0, 0.001, 1)), PlanShape("aggregate", ("t",))
     steady_prior = FAST_FIXED_MS + 10 * 0.02
-    stateless = fresh.learned(FAST, change, 1.9 * steady_prior, shape, after_complete=True)
-    assert stateless.fast == TechniqueCost(pytest.approx(1.9 * steady_prior - 0.2), 0.02, 1)
+    stateless = fresh.learned(FAST, change, 3 * steady_prior, shape, after_complete=True)
+    assert stateless.fast == TechniqueCost(pytest.approx(3 * steady_prior - 0.2), 0.02, 1)
     assert stateless.estimate_ms(REBUILD, change) == 0.0
-    # ...a longer one rebuilt state: REBUILD learns the rest, the steady cost stays the prior.
-    stateful = fresh.learned(FAST, change, 5000.0, shape, after_complete=True)
+    # A rebuild that replaced the change (a top-N's rows table): REBUILD learns it, the steady cost
+    # stays the prior.
+    stateful = fresh.learned(FAST, change, 5000.0, shape, after_complete=True, rebuilt=Rebuilt(4500.0, True))
     assert stateful.fast is None and stateful.rebuild == TechniqueCost(
-        0.0, pytest.approx((5000.0 - steady_prior) / 1_000_000), 1
+        0.0, pytest.approx(4500.0 / 1_000_000), 1
     )
     # Then FAST has run for this MV: no probe; its steady prior against COMPLETE decides.
     after = plan_run("FORCE", None, size(10, 1_000_000), stateful, shape)

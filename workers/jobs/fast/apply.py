@@ -102,6 +102,7 @@ class Scope:
     rebuild_ms: float = 0.0
     rebuilt_instead: bool = False  # the rebuild replaced the run's change (a top-N's rows table)
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
+    _rebuilding: int = field(default=0, init=False, repr=False)
 
     def step(self, what: str) -> None:
         """Name the Spark jobs of the run's next step (Spark UI, status store, ``run_stats``)."""
@@ -112,11 +113,13 @@ class Scope:
         """Time the step inside as a rebuild of helper state (``rebuild_ms``); ``instead``: it replaces
         the change the run would apply (what is left of the run says nothing of a steady one)."""
         self.rebuilt_instead = self.rebuilt_instead or instead
-        began = time.monotonic()
+        began, self._rebuilding = time.monotonic(), self._rebuilding + 1
         try:
             yield
         finally:
-            self.rebuild_ms += (time.monotonic() - began) * 1000
+            self._rebuilding -= 1
+            if not self._rebuilding:  # the outermost only: a nested step's time is in it already
+                self.rebuild_ms += (time.monotonic() - began) * 1000
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -69,14 +70,17 @@ class RunCommit:
         state: StateStore,
         watermark: Mapping[str, int],
         step: Callable[[str], None],
+        rebuilding: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> Change:
         """Commit ``change`` (the helper state first, then the MV ``target``) as reflecting the bases
         at ``watermark``; ``step`` names the run's next step. Returns the change committed (its
-        fallback, when the one-pass MERGE gave way)."""
+        fallback, when the one-pass MERGE gave way). ``rebuilding`` times a whole state written."""
         mv_commit = self.commit_id(watermark)
         if change.state is not None:
             step("commit the helper state")
-            state.commit(change.state, self.request, watermark, mv_commit.txn_version)
+            # A whole state written (no merge) is its rebuild's: timed with it (``Scope.rebuilding``).
+            with rebuilding() if change.state.merge is None else nullcontext():
+                state.commit(change.state, self.request, watermark, mv_commit.txn_version)
         step(f"commit ({change.plan})")
         if change.merge is None:
             assert change.appended is not None

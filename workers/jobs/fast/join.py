@@ -75,7 +75,7 @@ def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
     whole = {
         b: frame
         for b, (s, u) in ranges.items()
-        if s == u and (frame := rs_arrow.read_small(session, settings, b, s)) is not None
+        if s == u and (frame := rs_arrow.read_small_kept(session, settings, b, s)) is not None
     }
     old = {b: whole[b] if b in whole else read_at(session, settings, b, s) for b, (s, u) in ranges.items()}
     new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
@@ -92,7 +92,7 @@ def _term_tables(
 ) -> dict[str, Tables]:
     """For each changed base ``T_i``: the bases before it at new, after it at old, each joined to it by
     a key equality narrowed to the keys ``ΔT_i`` holds (once for both signs of its term). An unchanged
-    base held whole on the driver (``whole``: small, read by ``rs_arrow.read_small``, no Delta
+    base held whole on the driver (``whole``: small, read by ``rs_arrow.read_small_kept``, no Delta
     snapshot or scan job per term) is narrowed only by a list of values (no semi-join job for it)."""
     found: dict[str, Tables] = {}
     for i, base in enumerate(plan.base_tables):

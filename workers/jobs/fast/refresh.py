@@ -123,7 +123,8 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)
-            if _without_change_rows(settings, plan, state.ranges):
+            advanced = _without_change_rows(settings, plan, state.ranges)
+            if advanced:
                 changes, detail = 0, _advance(scope, run, commits, target)
             else:
                 changes, detail = _apply(scope, run, commits, target)
@@ -131,9 +132,9 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             scope.close()
         result = _result(session, settings, request, state, changes, detail)
     jobs = groups.spark_jobs(spark, request.job_group)
-    return replace(
-        result, spark_jobs=jobs, rebuild_ms=scope.rebuild_ms, rebuilt_instead=scope.rebuilt_instead
-    )
+    # Only the watermark moved: no rebuild, nor a steady run, to measure.
+    rebuild_ms = None if advanced else scope.rebuild_ms
+    return replace(result, spark_jobs=jobs, rebuild_ms=rebuild_ms, rebuilt_instead=scope.rebuilt_instead)
 
 
 # ------------------------------------------------------------------------------------- preconditions
@@ -259,7 +260,9 @@ def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> 
         raise _not_matching(why) from why
     state = run.state_store(scope)
     watermark = {table: until for table, (_, until) in run.ranges.items()}
-    change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
+    change = commits.commit(
+        change, target=target, state=state, watermark=watermark, step=scope.step, rebuilding=scope.rebuilding
+    )
     return change.change_rows, _detail(change, shared)
 
 

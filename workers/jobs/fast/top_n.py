@@ -125,7 +125,14 @@ def _maintain(
     try:
         change, shared = inner_rule(inner_scope, run)
         state = StateStore(session, settings, name, run.mv)
-        change = commits.commit(change, target=target, state=state, watermark=watermark, step=scope.step)
+        change = commits.commit(
+            change,
+            target=target,
+            state=state,
+            watermark=watermark,
+            step=scope.step,
+            rebuilding=inner_scope.rebuilding,
+        )
     finally:
         inner_scope.close()
         scope.rebuild_ms += inner_scope.rebuild_ms

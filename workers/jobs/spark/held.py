@@ -82,8 +82,9 @@ def sums(frame: DataFrame, *values: Column) -> list[int]:
 
 def rebind(frame: DataFrame, session: SparkSession) -> DataFrame:
     """A held frame used from another session of the same SparkContext (a run session of its own):
-    its plan (local rows or a checkpoint) carries no session state, the new frame takes ``session``'s
-    SQL conf for whatever is built on it."""
+    its plan (local rows, a checkpoint, an RDD of Arrow batches) holds no state a query reads from
+    the session that made it (an RDD's node keeps a reference to it, for size defaults), the new
+    frame takes ``session``'s SQL conf for whatever is built on it."""
     if frame.sparkSession is session:
         return frame
     plan = frame._jdf.queryExecution().logical()  # noqa: SLF001

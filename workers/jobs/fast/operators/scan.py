@@ -45,13 +45,13 @@ def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[i
     session, settings = scope.session, scope.settings
     scope.views.update(s.view for s in tree.scans)
     bases = dict.fromkeys(s.table for s in tree.scans)
-    # An unchanged small base read whole by delta-rs, once per run whatever the terms reading it: no
-    # Delta snapshot, file-skipping or broadcast job per term.
+    # An unchanged small base read whole by delta-rs, held across runs (``read_small_kept``), once per
+    # run whatever the terms reading it: no Delta snapshot, file-skipping or broadcast job per term.
     whole = {
         b: frame
         for b in bases
         if ranges[b][0] == ranges[b][1]
-        and (frame := rs_arrow.read_small(session, settings, b, ranges[b][0])) is not None
+        and (frame := rs_arrow.read_small_kept(session, settings, b, ranges[b][0])) is not None
     }
     old = {b: whole[b] if b in whole else read_at(session, settings, b, ranges[b][0]) for b in bases}
     new = {
