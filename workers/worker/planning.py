@@ -162,7 +162,7 @@ def plan_run(
                 return planned(FAST, f"fast: probe: FAST last ran {model.fast.idle} runs ago; {versus}")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     # A COMPLETE probe costs FAST's helper state as well: the FAST run after it rebuilds that (TPC-H
-    # Q05: a 2.6 s probe, then a 4.5 s FAST run, where steady FAST took 1.7 s).
+    # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s).
     induced_ms = model.estimate_ms(REBUILD, size, shape) or 0.0
     if model.fast is not None and complete_ms + induced_ms <= PROBE_FACTOR * counted_ms:
         # Not when COMPLETE is its prior: the build, dearer than that, taught nothing (costs.py).

@@ -265,12 +265,12 @@ class SparkRunner:
     def _learn(self, task_id: str, outcome: Outcome, shape: PlanShape | None) -> None:
         technique = outcome.technique
         with self._lock:
+            if technique == FAST and outcome.rebuild_ms is None:
+                return  # no change row applied (only the watermark moved): no run to learn from
             self._last_ran[task_id] = technique
             if not self._learns:
                 return
             model = self._costs.get(task_id) or self._priors
-            if technique == FAST and outcome.rebuild_ms is None:
-                return  # no change row applied (only the watermark moved): no run to learn from
             rebuilt = Rebuilt(outcome.rebuild_ms or 0.0, outcome.rebuilt_instead)
             self._costs[task_id] = model.learned(
                 technique, outcome.size, outcome.took_ms, shape, outcome.after_complete, rebuilt

@@ -254,7 +254,7 @@ def test_a_range_without_change_rows_moves_the_watermark_without_a_spark_job(
     for mv, query in (("mv_avg", avg), ("mv_p", PROJECTION)):
         before = warehouse.latest_version(s, mv)
         request = run_request(s, mv, query, mode="FAST", run="quiet")
-        result = incremental.refresh_incremental(spark, s, request)
+        result = quiet_run = incremental.refresh_incremental(spark, s, request)
         assert result.applied and result.watermark_after == {"sales": quiet}, result
         assert "0 change rows applied" in result.message and "only the watermark moved" in result.message
         assert result.spark_jobs == 0 and result.rows_written == 0, result
@@ -272,6 +272,20 @@ def test_a_range_without_change_rows_moves_the_watermark_without_a_spark_job(
     updated = _fast(spark, s, "mv_avg", avg, run="after")
     assert "state kept in" in updated.message, updated.message
     _assert_like_complete(spark, s, "mv_avg", avg, quiet + 1)
+    assert quiet_run.rebuild_ms is None  # nothing rebuilt nor applied: no cost to learn from
+
+    # Right after a complete run, a quiet range leaves the content made by COMPLETE: the FAST run
+    # after it is still the one that rebuilds the helper state (priced so: ``worker.costs``).
+    _dml(spark, s, "UPDATE {sales} SET amount = amount + 1 WHERE id = 2")
+    assert _complete(spark, s, "mv_avg", avg, run="again").applied
+    _dml(spark, s, "ALTER TABLE {sales} SET TBLPROPERTIES ('mvs.test.note' = 'quiet again')")
+    assert _fast(spark, s, "mv_avg", avg, run="quiet again").applied
+    made = refresh.read_watermark(spark, s, "mv_avg")
+    assert made is not None and made.technique == "COMPLETE", made
+    _dml(spark, s, "UPDATE {sales} SET amount = amount + 1 WHERE id = 1")
+    rebuilt = _fast(spark, s, "mv_avg", avg, run="rebuilt")
+    assert "state rebuilt from" in rebuilt.message and rebuilt.rebuild_ms, rebuilt
+    _assert_like_complete(spark, s, "mv_avg", avg, warehouse.latest_version(s, "sales"))
 
 
 def test_the_decision_says_why_and_falls_back(spark: Any, local_settings: Settings) -> None:

@@ -244,8 +244,8 @@ def test_a_fast_run_after_a_complete_one_counts_its_state_rebuild() -> None:
 
 
 def test_a_rebuild_run_teaches_the_rebuild_not_the_steady_cost() -> None:
-    change = size(10, 1_000_000)
     """The run times its own rebuild (``Rebuilt``): the steady cost learns the rest of the run."""
+    change = size(10, 1_000_000)
     known = CostModel(fast=TechniqueCost(500.0, 0.0, 3), complete=TechniqueCost(0.0, 0.001, 1))
     taught = known.learned(FAST, change, 2500.0, after_complete=True, rebuilt=Rebuilt(2000.0))
     assert taught.fast == TechniqueCost(pytest.approx(500.0), 0.0, 4)

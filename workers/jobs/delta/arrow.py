@@ -180,9 +180,17 @@ def read_small_kept(session: SparkSession, settings: Settings, name: str, versio
         found = _kept.get(key)
         same = found is not None and (found.version, found.table_id) == (version, table_id)
         # Not a frame of a SparkContext that is gone (its JVM lost, or stopped): read again.
-        if found is not None and same and found.frame.sparkSession.sparkContext is session.sparkContext:
+        hit = (
+            found
+            if same and found and found.frame.sparkSession.sparkContext is session.sparkContext
+            else None
+        )
+        if hit is not None:
             _kept.move_to_end(key)
-            return rebind(found.frame, session)
+        elif found is not None:
+            del _kept[key]  # another version, table or context: never read again, nor kept
+    if hit is not None:
+        return rebind(hit.frame, session)
     small_rows = _small_rows(settings, name, version, summary)
     if small_rows is None:
         return None

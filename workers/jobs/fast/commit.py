@@ -43,10 +43,11 @@ class RunCommit:
     request: RunRequest
     layout: str | None = None  # carried by the MV commit (``encode_user_metadata``): a helper table's
 
-    def commit_id(self, watermark: Mapping[str, int]) -> CommitId:
-        """The id and ``userMetadata`` of the run's MV commit reflecting the bases at ``watermark``."""
+    def commit_id(self, watermark: Mapping[str, int], technique: str = "FAST") -> CommitId:
+        """The id and ``userMetadata`` of the run's MV commit reflecting the bases at ``watermark``,
+        its content made by ``technique``."""
         request = self.request
-        metadata = run_user_metadata(request, watermark, self.layout, technique="FAST")
+        metadata = run_user_metadata(request, watermark, self.layout, technique=technique)
         return CommitId(request.task_id, txn_version(request.epoch, watermark), metadata)
 
     def fence(self, until: int) -> None:
@@ -102,8 +103,10 @@ class RunCommit:
         self, *, target: Target, state: StateStore, watermark: Mapping[str, int], step: Callable[[str], None]
     ) -> None:
         """A run without change rows: the MV ``target`` (its trusted helper state first) gets an empty
-        commit reflecting the bases at ``watermark``, its content unchanged."""
-        mv_commit = self.commit_id(watermark)
+        commit reflecting the bases at ``watermark``, its content unchanged: made as the commit before
+        it says (after a complete run, the next FAST run still rebuilds the helper state, and the cost
+        model learns REBUILD from it: ``workers.worker.costs``)."""
+        mv_commit = self.commit_id(watermark, state.mv.technique or "FAST")
         step("commit (no change)")
         state.carry(self.request, watermark, mv_commit.txn_version)
         write.empty_commit(self.session, target, mv_commit)
