@@ -24,7 +24,7 @@ from workers.jobs.delta.sizes import ChangeSize, change_size
 from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
-from workers.worker.costs import Rebuilt
+from workers.worker.costs import NO_REBUILD, Rebuilt
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
@@ -54,14 +54,14 @@ class RunResult:
 @dataclass(frozen=True)
 class Outcome:
     """What one run teaches the MV's cost model: its technique, sizes and time, whether the MV's run
-    before it recomputed it, and the part of it spent rebuilding helper state (None: not measured)."""
+    before it recomputed it, and its rebuild of helper state (None: not measured, a COMPLETE run or
+    a FAST one that applied no change row)."""
 
     technique: str
     size: ChangeSize | None
     took_ms: float
     after_complete: bool
-    rebuild_ms: float | None  # FAST: None when it applied no change row
-    rebuilt_instead: bool = False  # the rebuild replaced the change: no steady run to learn from
+    rebuilt: Rebuilt | None
 
 
 class Runner(Protocol):
@@ -202,9 +202,9 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            learnt = Outcome(
-                ran, size_read, took_ms, after_complete, result.rebuild_ms, result.rebuilt_instead
-            )
+            measured = result.rebuild_ms
+            rebuilt = None if measured is None else Rebuilt(measured, result.rebuilt_instead)
+            learnt = Outcome(ran, size_read, took_ms, after_complete, rebuilt)
             self._learn(request.task_id, learnt, decision.shape)
         message = result.message
         if not result.applied:
@@ -265,15 +265,19 @@ class SparkRunner:
     def _learn(self, task_id: str, outcome: Outcome, shape: PlanShape | None) -> None:
         technique = outcome.technique
         with self._lock:
-            if technique == FAST and outcome.rebuild_ms is None:
+            if technique == FAST and outcome.rebuilt is None:
                 return  # no change row applied (only the watermark moved): no run to learn from
             self._last_ran[task_id] = technique
             if not self._learns:
                 return
             model = self._costs.get(task_id) or self._priors
-            rebuilt = Rebuilt(outcome.rebuild_ms or 0.0, outcome.rebuilt_instead)
             self._costs[task_id] = model.learned(
-                technique, outcome.size, outcome.took_ms, shape, outcome.after_complete, rebuilt
+                technique,
+                outcome.size,
+                outcome.took_ms,
+                shape,
+                outcome.after_complete,
+                outcome.rebuilt or NO_REBUILD,
             )
 
     def _change_size(

@@ -206,13 +206,13 @@ def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
 def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_without_change(
     tmp_path: Path,
 ) -> None:
-    """``SparkRunner._learn`` (no Spark: the model is pure): the job's ``rebuild_ms`` splits the run;
-    a FAST run that only moved the watermark (``rebuild_ms`` None) teaches nothing."""
+    """``SparkRunner._learn`` (no Spark: the model is pure): the job's measured rebuild splits the run;
+    a FAST run that only moved the watermark (no rebuild measured) teaches nothing."""
     runner = SparkRunner(Settings(warehouse=str(tmp_path)))
     shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
     runner._learn("mv:a", Outcome(FAST, change, 30.0, True, None), shape)  # noqa: SLF001
     assert runner.cost_model("mv:a") == CostModel()
-    runner._learn("mv:a", Outcome(FAST, change, 2500.0, True, 2000.0), shape)  # noqa: SLF001
+    runner._learn("mv:a", Outcome(FAST, change, 2500.0, True, Rebuilt(2000.0)), shape)  # noqa: SLF001
     taught = runner.cost_model("mv:a")
     assert taught.estimate_ms(FAST, change, shape) == pytest.approx(500.0)
     assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2000.0)
