@@ -290,13 +290,15 @@ class Maintainer:
         if run is None:
             return
         self.running = None
-        started_ms = self._wall_ms(outcome.started)
+        # The run's own times, not when this loop got to its outcome: a loaded worker may take
+        # seconds to, and a timeout is delivered at its deadline.
+        started_ms, ended_ms = self._wall_ms(outcome.started), self._wall_ms(outcome.ended)
         result = outcome.result if isinstance(outcome.result, RunResult) else None
         failure = run_failure(outcome, self.env.run_timeout_s)
         if failure is not None:
-            self._failed(run, failure, started_ms)
+            self._failed(run, failure, started_ms, ended_ms)
         elif was_cancelled(outcome):
-            self._record_run(run, "CANCELED", started_ms=started_ms, message="cancelled")
+            self._record_run(run, "CANCELED", started_ms=started_ms, ended_ms=ended_ms, message="cancelled")
         elif result is not None:
             if run.epoch == self.task["epoch"]:
                 self.watermark = dict(result.watermark_after)
@@ -313,6 +315,7 @@ class Maintainer:
                 run,
                 result.state,
                 started_ms=started_ms,
+                ended_ms=ended_ms,
                 rows=result.rows_written,
                 after=result.watermark_after,
                 message=result.message,
@@ -331,13 +334,13 @@ class Maintainer:
         elif self.runnable and self.task_id not in self.env.due:
             self._schedule_next()
 
-    def _failed(self, run: RunContext, error: MvsError, started_ms: int) -> None:
+    def _failed(self, run: RunContext, error: MvsError, started_ms: int, ended_ms: int) -> None:
         now_ms = self.env.clock.wall_ms()
         self.error = error.record(now_ms)
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
         self._set_state(TaskState.WARNING if retry else TaskState.FAILED)
-        self._record_run(run, "ERROR", started_ms=started_ms, error=self.error)
+        self._record_run(run, "ERROR", started_ms=started_ms, ended_ms=ended_ms, error=self.error)
         if retry:
             delay = self.env.retry.delay(self.attempt, rng=self.env.rng)
             self._schedule_at(self.env.clock.monotonic() + delay)
@@ -356,6 +359,7 @@ class Maintainer:
         state: str,
         *,
         started_ms: int | None = None,
+        ended_ms: int | None = None,
         rows: int | None = None,
         after: dict[str, int] | None = None,
         message: str | None = None,
@@ -364,7 +368,13 @@ class Maintainer:
         inserted: int | None = None,
         deleted: int | None = None,
     ) -> None:
-        ended = None if state in ("PENDING", "RUNNING") else self.env.clock.wall_ms()
+        ended = (
+            None
+            if state in ("PENDING", "RUNNING")
+            else self.env.clock.wall_ms()
+            if ended_ms is None
+            else ended_ms
+        )
         record = run_record(
             run,
             state,
