@@ -23,6 +23,7 @@ from workers.jobs.delta.metadata import (
     run_user_metadata,
     txn_version,
 )
+from workers.jobs.rebuilt import Rebuilt
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
 from workers.jobs.spark import session as session_module
@@ -51,10 +52,9 @@ class RefreshResult:
     # Rows the commit inserted into / deleted from the MV (its operation metrics), None: not known.
     rows_inserted: int | None = None
     rows_deleted: int | None = None
-    # FAST: the time it spent rebuilding helper state from the bases (0: none rebuilt); None: not
-    # measured (a complete refresh).
-    rebuild_ms: float | None = None
-    rebuilt_instead: bool = False  # the rebuild replaced the change: the run was no steady one
+    # FAST: what it spent rebuilding helper state from the bases (``NO_REBUILD``: nothing); None:
+    # not measured (a complete refresh, a run that only moved the watermark).
+    rebuilt: Rebuilt | None = None
 
 
 def read_watermark(

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from workers.jobs.delta.sizes import ChangeSize
+from workers.jobs.rebuilt import NO_REBUILD, Rebuilt
 
 FAST, COMPLETE, REBUILD = "FAST", "COMPLETE", "REBUILD"
 # Weight of the newest outcome in a learnt cost once it has a few (the first ones weigh more).
@@ -81,18 +82,6 @@ class TechniqueCost:
     def aged(self) -> TechniqueCost:
         """This cost after a run of the other technique."""
         return replace(self, idle=self.idle + 1)
-
-
-@dataclass(frozen=True)
-class Rebuilt:
-    """A FAST run's own measure of its rebuild of helper state: how long (0: none), and whether it
-    replaced the change the run would have applied."""
-
-    ms: float = 0.0
-    instead: bool = False
-
-
-NO_REBUILD = Rebuilt()
 
 
 def _weighted(old: float, new: float, weight: float) -> float:

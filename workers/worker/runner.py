@@ -21,10 +21,10 @@ from workers.catalog.errors import ErrorCode, MvsError
 from workers.config import Settings
 from workers.jobs import JobError, RunCancelled, RunRequest, classify_failure
 from workers.jobs.delta.sizes import ChangeSize, change_size
+from workers.jobs.rebuilt import NO_REBUILD, Rebuilt
 from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
-from workers.worker.costs import NO_REBUILD, Rebuilt
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
 from workers.worker.decision import Decision, DecisionKind, decide
 from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
@@ -202,9 +202,7 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            measured = result.rebuild_ms
-            rebuilt = None if measured is None else Rebuilt(measured, result.rebuilt_instead)
-            learnt = Outcome(ran, size_read, took_ms, after_complete, rebuilt)
+            learnt = Outcome(ran, size_read, took_ms, after_complete, result.rebuilt)
             self._learn(request.task_id, learnt, decision.shape)
         message = result.message
         if not result.applied:

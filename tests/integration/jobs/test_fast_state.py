@@ -29,6 +29,7 @@ from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.apply import Scope
 from workers.jobs.fast.inputs import base_input
+from workers.jobs.rebuilt import NO_REBUILD
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +120,7 @@ def test_avg_float_sum_count_col_and_vanishing_groups_need_no_base_read(
     built = _fast_run(spark, s, "f1")  # no state yet: built from the base once, and timed as such
     first = built.message
     assert "state rebuilt from the base in mv_s__mvstate" in first and "0 recomputed" in first, first
-    assert built.rebuild_ms is not None and built.rebuild_ms > 0, built
+    assert built.rebuilt is not None and built.rebuilt.ms > 0, built
 
     # Inserts with NULLs, a delete, updates moving rows between groups (into a NULL key, too).
     tables.append(spark, s, "sales", [_row(5, "a", -3, "2.50", -1.5), _row(6, None, None, "0.00", None)])
@@ -129,7 +130,7 @@ def test_avg_float_sum_count_col_and_vanishing_groups_need_no_base_read(
     kept = _fast_run(spark, s, "f2")
     moved = kept.message
     assert "0 recomputed from the base, state kept in mv_s__mvstate" in moved, moved
-    assert kept.rebuild_ms == 0.0, kept  # the state read, not rebuilt: nothing timed as a rebuild
+    assert kept.rebuilt == NO_REBUILD, kept  # the state read, not rebuilt: nothing timed as a rebuild
     # The changed groups' state (a NULL key among them) merged by delta-rs, no Spark MERGE.
     state_commit = next(deltalog.iter_commits(spark, s, warehouse.state_table_name("mv_s")))
     assert (state_commit.engine or "").startswith("delta-rs"), state_commit
@@ -344,7 +345,7 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     tables.create_table(spark, s, "sales", [_row(1, "a", 5, None, None), _row(2, "b", 1, None, None)], SCHEMA)
     mvlog.create_mv_log(spark, s, "sales")
     built = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c0"))
-    assert built.applied and built.rebuild_ms is None  # a complete run measures no rebuild
+    assert built.applied and built.rebuilt is None  # a complete run measures no rebuild
     runs = []
     for run, row in enumerate(
         [_row(3, "b", 2, None, None), _row(4, "c", 7, None, None), _row(5, "c", 1, None, None)]
@@ -354,9 +355,9 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
         runs.append(incremental.refresh_incremental(spark, s, request))
     rows_table, state, steady = runs
     assert "top-N over maintained state (rebuild)" in rows_table.message, rows_table.message
-    assert rows_table.rebuilt_instead and (rows_table.rebuild_ms or 0) > 0, rows_table
+    assert rows_table.rebuilt is not None and rows_table.rebuilt.instead and rows_table.rebuilt.ms > 0
     assert "state rebuilt from the base" in state.message, state.message
-    assert not state.rebuilt_instead and (state.rebuild_ms or 0) > 0, state
-    assert "state kept in" in steady.message and steady.rebuild_ms == 0.0, steady
+    assert state.rebuilt is not None and not state.rebuilt.instead and state.rebuilt.ms > 0
+    assert "state kept in" in steady.message and steady.rebuilt == NO_REBUILD, steady
     top = sorted((r["g"], r["n"]) for r in tables.read_table(spark, s, "mv_s"))
     assert top == [("b", 2), ("c", 2)], top

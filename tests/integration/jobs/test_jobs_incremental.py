@@ -272,7 +272,7 @@ def test_a_range_without_change_rows_moves_the_watermark_without_a_spark_job(
     updated = _fast(spark, s, "mv_avg", avg, run="after")
     assert "state kept in" in updated.message, updated.message
     _assert_like_complete(spark, s, "mv_avg", avg, quiet + 1)
-    assert quiet_run.rebuild_ms is None  # nothing rebuilt nor applied: no cost to learn from
+    assert quiet_run.rebuilt is None  # nothing rebuilt nor applied: no cost to learn from
 
     # Right after a complete run, a quiet range leaves the content made by COMPLETE: the FAST run
     # after it is still the one that rebuilds the helper state (priced so: ``worker.costs``).
@@ -284,7 +284,9 @@ def test_a_range_without_change_rows_moves_the_watermark_without_a_spark_job(
     assert made is not None and made.technique == "COMPLETE", made
     _dml(spark, s, "UPDATE {sales} SET amount = amount + 1 WHERE id = 1")
     rebuilt = _fast(spark, s, "mv_avg", avg, run="rebuilt")
-    assert "state rebuilt from" in rebuilt.message and rebuilt.rebuild_ms, rebuilt
+    assert "state rebuilt from" in rebuilt.message and rebuilt.rebuilt is not None and rebuilt.rebuilt.ms, (
+        rebuilt
+    )
     _assert_like_complete(spark, s, "mv_avg", avg, warehouse.latest_version(s, "sales"))
 
 

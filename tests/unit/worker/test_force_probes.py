@@ -12,7 +12,8 @@ import pytest
 from tests.support.change_sizes import size
 from workers.config import Settings
 from workers.jobs.delta.sizes import ChangeSize, TableSize
-from workers.worker.costs import FAST_FIXED_MS, REBUILD, PlanShape, Rebuilt
+from workers.jobs.rebuilt import Rebuilt
+from workers.worker.costs import FAST_FIXED_MS, REBUILD, PlanShape
 from workers.worker.planning import (
     COMPLETE,
     FAST,

@@ -18,6 +18,7 @@ from workers.jobs.delta.sizes import (
     ChangeSize,
     TableSize,
 )
+from workers.jobs.rebuilt import Rebuilt
 from workers.worker.costs import (
     FAST_FIXED_MS,
     FAST_JOIN_READ_SHARE,
@@ -27,7 +28,6 @@ from workers.worker.costs import (
     FAST_TREE_READ_SHARE,
     REBUILD,
     PlanShape,
-    Rebuilt,
     joined_rows,
 )
 from workers.worker.decision import plan_shape

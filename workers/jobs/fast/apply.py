@@ -42,6 +42,7 @@ from workers.jobs.delta import rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
 from workers.jobs.delta.rs_commit import PlainMerge
 from workers.jobs.delta.write import MergeSpec, Target
+from workers.jobs.rebuilt import NO_REBUILD, Rebuilt
 from workers.jobs.spark import held
 from workers.jobs.spark.columns import col, q
 from workers.jobs.spark.guard import check_expression
@@ -99,8 +100,7 @@ class Scope:
     views: set[str] = field(default_factory=set)
     # Time the run spent rebuilding helper state from the bases (``rebuilding``): what a steady run
     # would not pay, so the cost model learns the two apart (``workers.worker.costs``).
-    rebuild_ms: float = 0.0
-    rebuilt_instead: bool = False  # the rebuild replaced the run's change (a top-N's rows table)
+    rebuilt: Rebuilt = NO_REBUILD
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
     _rebuilding: int = field(default=0, init=False, repr=False)
 
@@ -110,16 +110,16 @@ class Scope:
 
     @contextmanager
     def rebuilding(self, *, instead: bool = False) -> Iterator[None]:
-        """Time the step inside as a rebuild of helper state (``rebuild_ms``); ``instead``: it replaces
+        """Time the step inside as a rebuild of helper state (``rebuilt``); ``instead``: it replaces
         the change the run would apply (what is left of the run says nothing of a steady one)."""
-        self.rebuilt_instead = self.rebuilt_instead or instead
+        self.rebuilt = self.rebuilt.plus(0.0, instead=instead)
         began, self._rebuilding = time.monotonic(), self._rebuilding + 1
         try:
             yield
         finally:
             self._rebuilding -= 1
             if not self._rebuilding:  # the outermost only: a nested step's time is in it already
-                self.rebuild_ms += (time.monotonic() - began) * 1000
+                self.rebuilt = self.rebuilt.plus((time.monotonic() - began) * 1000)
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by

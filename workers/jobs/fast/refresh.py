@@ -133,8 +133,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         result = _result(session, settings, request, state, changes, detail)
     jobs = groups.spark_jobs(spark, request.job_group)
     # Only the watermark moved: no rebuild, nor a steady run, to measure.
-    rebuild_ms = None if advanced else scope.rebuild_ms
-    return replace(result, spark_jobs=jobs, rebuild_ms=rebuild_ms, rebuilt_instead=scope.rebuilt_instead)
+    return replace(result, spark_jobs=jobs, rebuilt=None if advanced else scope.rebuilt)
 
 
 # ------------------------------------------------------------------------------------- preconditions

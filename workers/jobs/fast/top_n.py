@@ -135,7 +135,7 @@ def _maintain(
         )
     finally:
         inner_scope.close()
-        scope.rebuild_ms += inner_scope.rebuild_ms
+        scope.rebuilt = scope.rebuilt.plus(inner_scope.rebuilt.ms)
     return change, shared
 
 
