@@ -7,8 +7,8 @@ FAST refresh: its driver, one module per operator rule, ``fast/aggregate/``, and
 ``changes/`` (MV logs, change rows), ``delta/`` (the Delta log, commit metadata, the idempotent write,
 delta-rs), ``spark/`` (sessions, the query guard, job groups, held frames).
 
-The names are imported on first use: importing this package (or its light modules ``request`` and
-``errors``) does not start PySpark, so a role that never runs a job never loads it.
+The names are imported on first use: importing this package (or its light modules ``request``,
+``errors`` and ``rebuilt``) does not start PySpark, so a role that never runs a job never loads it.
 """
 
 from __future__ import annotations

@@ -291,8 +291,10 @@ class Maintainer:
             return
         self.running = None
         # The run's own times, not when this loop got to its outcome: a loaded worker may take
-        # seconds to, and a timeout is delivered at its deadline.
-        started_ms, ended_ms = self._wall_ms(outcome.started), self._wall_ms(outcome.ended)
+        # seconds to, and a timeout is delivered at its deadline. The end from the start and the
+        # duration (one clock reading): never before the start.
+        started_ms = self._wall_ms(outcome.started)
+        ended_ms = started_ms + round(outcome.duration * 1000)
         result = outcome.result if isinstance(outcome.result, RunResult) else None
         failure = run_failure(outcome, self.env.run_timeout_s)
         if failure is not None:
@@ -335,8 +337,7 @@ class Maintainer:
             self._schedule_next()
 
     def _failed(self, run: RunContext, error: MvsError, started_ms: int, ended_ms: int) -> None:
-        now_ms = self.env.clock.wall_ms()
-        self.error = error.record(now_ms)
+        self.error = error.record(ended_ms)  # when the run failed, as its record says
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
         self._set_state(TaskState.WARNING if retry else TaskState.FAILED)

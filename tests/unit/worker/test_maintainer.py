@@ -228,6 +228,7 @@ def test_timed_out_run_is_cancelled_recorded_and_retried() -> None:
         failed = h.runs("mv:slow")[-1]
         assert failed["state"] == "ERROR" and "exceeded its timeout of 30s" in failed["message"]
         assert failed["ended_at"] - failed["started_at"] == 30_000
+        assert failed["error"]["at"] == failed["ended_at"]  # the task's error is as old as the run's end
         assert m.state is TaskState.WARNING and h.due.due_at("mv:slow") == pytest.approx(1037.25)
         assert h.executor.metrics().timeout == 1 and h.executor.metrics().running == 0  # slot free
         gate.release.set()  # the body returns late: its result is dropped

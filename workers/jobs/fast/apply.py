@@ -98,8 +98,9 @@ class Scope:
     mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum) where delta-rs commits
     run_id: str = ""
     views: set[str] = field(default_factory=set)
-    # Time the run spent rebuilding helper state from the bases (``rebuilding``): what a steady run
-    # would not pay, so the cost model learns the two apart (``workers.worker.costs``).
+    # What the run spent rebuilding helper state from the bases (``rebuilding``: its time, and whether
+    # that replaced the change): what a steady run would not pay, so the cost model learns the two
+    # apart (``workers.worker.costs``).
     rebuilt: Rebuilt = NO_REBUILD
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
     _rebuilding: int = field(default=0, init=False, repr=False)
