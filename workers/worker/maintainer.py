@@ -369,20 +369,15 @@ class Maintainer:
         inserted: int | None = None,
         deleted: int | None = None,
     ) -> None:
-        ended = (
-            None
-            if state in ("PENDING", "RUNNING")
-            else self.env.clock.wall_ms()
-            if ended_ms is None
-            else ended_ms
-        )
+        if ended_ms is None and state not in ("PENDING", "RUNNING"):
+            ended_ms = self.env.clock.wall_ms()  # not from a run's outcome: ended as it is written
         record = run_record(
             run,
             state,
             task_id=self.task_id,
             worker_id=self.env.worker_id,
             started_ms=started_ms,
-            ended_ms=ended,
+            ended_ms=ended_ms,
             rows=rows,
             after=after,
             message=message,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -19,7 +20,7 @@ from pyspark.sql.types import StructType
 from workers import warehouse
 from workers.config import Settings
 from workers.jobs.spark.held import LOCAL_ROWS, rebind
-from workers.jobs.spark.session import active_spark, confs, on_jvm_lost
+from workers.jobs.spark.session import Checksum, active_spark, confs, on_jvm_lost
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +170,14 @@ _kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
 _kept_lock = threading.Lock()
 
 
-def read_small_kept(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
-    """``read_small``, held for the next runs reading the same version of the same table."""
+def read_small_kept(
+    session: SparkSession, settings: Settings, name: str, version: int, checksum: Checksum | None = None
+) -> DataFrame | None:
+    """``read_small``, held for the next runs reading the same version of the same table. ``checksum``:
+    the run's reader of the version's summary (``session.run_checksums``: read once a run)."""
     if not warehouse.is_local(settings):
         return None
-    summary = warehouse.table_summary(settings, name, version)
+    summary = (checksum or functools.partial(warehouse.table_summary, settings))(name, version)
     table_id = ((summary or {}).get("metadata") or {}).get("id")
     key = (settings.warehouse, name)
     with _kept_lock:

@@ -22,7 +22,7 @@ This module holds the shared parts (``Scope``, ``Change``, ``StateWrite``) and t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
@@ -36,7 +36,7 @@ from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.changes.reads import Changes
 from workers.jobs.changes.reads import read as read_changes
-from workers.jobs.complete import run_query
+from workers.jobs.complete import read_at, run_query
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
@@ -98,6 +98,7 @@ class Scope:
     mv_schema: StructType | None = None  # the MV's at ``mv_version`` (its checksum) where delta-rs commits
     run_id: str = ""
     views: set[str] = field(default_factory=set)
+    checksum: Checksum | None = None  # the run's reader of Delta's per-version checksums (read once each)
     # What the run spent rebuilding helper state from the bases (``rebuilding``: its time, and whether
     # that replaced the change): what a steady run would not pay, so the cost model learns the two
     # apart (``workers.worker.costs``).
@@ -113,14 +114,14 @@ class Scope:
     def rebuilding(self, *, instead: bool = False) -> Iterator[None]:
         """Time the step inside as a rebuild of helper state (``rebuilt``); ``instead``: it replaces
         the change the run would apply (what is left of the run says nothing of a steady one)."""
-        self.rebuilt = self.rebuilt.plus(0.0, instead=instead)
         began, self._rebuilding = time.monotonic(), self._rebuilding + 1
         try:
             yield
         finally:
             self._rebuilding -= 1
-            if not self._rebuilding:  # the outermost only: a nested step's time is in it already
-                self.rebuilt = self.rebuilt.plus((time.monotonic() - began) * 1000)
+            # The outermost step's time only: a nested step's is in it already.
+            took_ms = 0.0 if self._rebuilding else (time.monotonic() - began) * 1000
+            self.rebuilt = self.rebuilt.plus(took_ms, instead=instead)
 
     def mv_frame(self) -> DataFrame:
         """The MV's columns, for a run to derive its change from. Its rows are read by
@@ -139,6 +140,30 @@ class Scope:
             path = warehouse.table_path(self.settings, self.mv_name)
             self._snapshot = self.session.read.format("delta").load(path)
         return self._snapshot
+
+    def bases_at(
+        self, ranges: Mapping[str, tuple[int, int]]
+    ) -> tuple[dict[str, DataFrame], dict[str, DataFrame], frozenset[str]]:
+        """Each base of ``ranges`` at the MV's watermark and at the pinned version (lazy Delta reads),
+        and the unchanged ones read whole instead: small, by delta-rs, held across runs
+        (``read_small_kept``, by this run's checksum of it) and one frame for both, so no Delta
+        snapshot, file-skipping or broadcast job per term reading them."""
+        session, settings = self.session, self.settings
+        whole = {
+            b: frame
+            for b, (since, until) in ranges.items()
+            if since == until
+            and (frame := rs_arrow.read_small_kept(session, settings, b, since, self.checksum)) is not None
+        }
+        old = {
+            b: whole[b] if b in whole else read_at(session, settings, b, since)
+            for b, (since, _) in ranges.items()
+        }
+        new = {
+            b: old[b] if since == until else read_at(session, settings, b, until)
+            for b, (since, until) in ranges.items()
+        }
+        return old, new, frozenset(whole)
 
     def changes(self, base: str, since: int, until: int) -> Changes:
         """The change rows of ``base`` in (since, until] (``workers.jobs.changes.reads``: read once, shared);
@@ -188,7 +213,8 @@ def table_scope(
     target = Target(settings, name, version, summary, rs_commit.usable(settings, name, version))
     reads = target.delta_rs and rs_arrow.small(summary)
     schema = rs_arrow.schema_of(summary) if target.delta_rs else None
-    return Scope(session, settings, name, version, target.delta_rs, reads, schema, run_id), target
+    scope = Scope(session, settings, name, version, target.delta_rs, reads, schema, run_id, checksum=checksum)
+    return scope, target
 
 
 def _plus(a: str, b: str) -> Column:

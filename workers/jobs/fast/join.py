@@ -33,8 +33,7 @@ from pyspark.sql import functions as F
 
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs.changes.reads import Changes
-from workers.jobs.complete import read_at, run_query
-from workers.jobs.delta import arrow as rs_arrow
+from workers.jobs.complete import run_query
 from workers.jobs.delta import files
 from workers.jobs.delta.key_filter import among, key_ranges, narrowed_by_values
 from workers.jobs.fast import append as incremental_append
@@ -70,15 +69,8 @@ class _Bases:
 
 
 def _bases(scope: apply.Scope, plan: FastRefreshPlan, ranges: Ranges) -> _Bases:
-    session, settings = scope.session, scope.settings
     scope.views.update(plan.base_tables)
-    whole = {
-        b: frame
-        for b, (s, u) in ranges.items()
-        if s == u and (frame := rs_arrow.read_small_kept(session, settings, b, s)) is not None
-    }
-    old = {b: whole[b] if b in whole else read_at(session, settings, b, s) for b, (s, u) in ranges.items()}
-    new = {b: old[b] if s == u else read_at(session, settings, b, u) for b, (s, u) in ranges.items()}
+    old, new, whole = scope.bases_at(ranges)
     changed = [b for b in plan.base_tables if ranges[b][0] < ranges[b][1]]
     reads = {b: scope.changes(b, *ranges[b]) for b in changed}
     shared = bool(reads) and all(read.shared for read in reads.values())
@@ -92,7 +84,7 @@ def _term_tables(
 ) -> dict[str, Tables]:
     """For each changed base ``T_i``: the bases before it at new, after it at old, each joined to it by
     a key equality narrowed to the keys ``ΔT_i`` holds (once for both signs of its term). An unchanged
-    base held whole on the driver (``whole``: small, read by ``rs_arrow.read_small_kept``, no Delta
+    base held whole on the driver (``whole``: small, read by ``Scope.bases_at``, no Delta
     snapshot or scan job per term) is narrowed only by a list of values (no semi-join job for it)."""
     found: dict[str, Tables] = {}
     for i, base in enumerate(plan.base_tables):

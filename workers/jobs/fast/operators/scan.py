@@ -11,8 +11,6 @@ from pyspark.sql import DataFrame
 
 from workers.ddl.tree.values import Node, Scan, TreePlan
 from workers.jobs.changes.reads import Changes
-from workers.jobs.complete import read_at
-from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.fast import apply
 
 
@@ -42,22 +40,9 @@ class ScanFrames:
 
 def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[int, int]]) -> ScanFrames:
     """The frames of every base ``tree`` scans; its scans' views are the run's (dropped at its end)."""
-    session, settings = scope.session, scope.settings
     scope.views.update(s.view for s in tree.scans)
     bases = dict.fromkeys(s.table for s in tree.scans)
-    # An unchanged small base read whole by delta-rs, held across runs (``read_small_kept``), once per
-    # run whatever the terms reading it: no Delta snapshot, file-skipping or broadcast job per term.
-    whole = {
-        b: frame
-        for b in bases
-        if ranges[b][0] == ranges[b][1]
-        and (frame := rs_arrow.read_small_kept(session, settings, b, ranges[b][0])) is not None
-    }
-    old = {b: whole[b] if b in whole else read_at(session, settings, b, ranges[b][0]) for b in bases}
-    new = {
-        b: old[b] if ranges[b][0] == ranges[b][1] else read_at(session, settings, b, ranges[b][1])
-        for b in bases
-    }
+    old, new, whole = scope.bases_at({b: ranges[b] for b in bases})
     reads = {b: scope.changes(b, *ranges[b]) for b in bases if ranges[b][0] < ranges[b][1]}
     scope.step(apply.COMPUTE_STEP)
-    return ScanFrames(old, new, reads, frozenset(whole))
+    return ScanFrames(old, new, reads, whole)
