@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlparse
 from deltalake import DeltaTable
 from deltalake._internal import DeltaFileSystemHandler, TableNotFoundError
 
-from workers.catalog.names import MLOG_SUFFIX, MVSTATE_SUFFIX, TOPN_SUFFIX, check_table_name
+from workers.catalog.names import KEYS_SUFFIX, MLOG_SUFFIX, MVSTATE_SUFFIX, TOPN_SUFFIX, check_table_name
 from workers.config import Settings, spark_location
 
 DELTA_LOG = "_delta_log"
@@ -67,10 +67,23 @@ def top_n_table_name(mv: str) -> str:
     return check_table_name(f"{check_table_name(mv)}{TOPN_SUFFIX}")
 
 
+def key_counts_table_name(mv: str) -> str:
+    """The matching rows per key of MV ``mv``'s counted semi / anti join inputs (helper state, never
+    shown to its readers; ``workers.jobs.fast.operators.semi_join``) are the Delta table ``<mv>__mvkeys``."""
+    return check_table_name(f"{check_table_name(mv)}{KEYS_SUFFIX}")
+
+
 def helper_tables(mv: str) -> tuple[str, ...]:
     """Every helper table MV ``mv`` may keep beside it (never shown to its readers): its helper
-    state, and a top-N MV's inner rows with theirs."""
-    return (state_table_name(mv), top_n_table_name(mv), state_table_name(top_n_table_name(mv)))
+    states, and a top-N MV's inner rows with theirs."""
+    inner = top_n_table_name(mv)
+    return (
+        state_table_name(mv),
+        key_counts_table_name(mv),
+        inner,
+        state_table_name(inner),
+        key_counts_table_name(inner),
+    )
 
 
 def local_table_dir(settings: Settings, name: str) -> Path:

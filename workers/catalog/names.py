@@ -28,6 +28,8 @@ MVSTATE_SUFFIX = "__mvstate"
 # ... and the rows of a top-N MV's query without its ORDER BY … LIMIT in M__mvtopn (whose own helper
 # state is M__mvtopn__mvstate)
 TOPN_SUFFIX = "__mvtopn"
+# ... and the matching rows per key of its EXISTS / NOT EXISTS / IN subqueries' inputs in M__mvkeys
+KEYS_SUFFIX = "__mvkeys"
 # A warehouse folder may also be an MV log or helper table: the longest name plus the longest suffix.
 MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(TOPN_SUFFIX) + len(MVSTATE_SUFFIX))
 # The fleet's own tables in the warehouse (workers/worker/history_table.py): run history and task
@@ -81,7 +83,7 @@ def mv_name_problem(name: object) -> str | None:
     problem = name_problem(name, "materialized view")
     if problem is None and isinstance(name, str) and name.endswith(MLOG_SUFFIX):
         return f"materialized view names ending in {MLOG_SUFFIX} are reserved for MV log tables"
-    for suffix in (MVSTATE_SUFFIX, TOPN_SUFFIX):
+    for suffix in (MVSTATE_SUFFIX, TOPN_SUFFIX, KEYS_SUFFIX):
         if problem is None and isinstance(name, str) and name.endswith(suffix):
             return f"materialized view names ending in {suffix} are reserved for MV state tables"
     if problem is None and name in RESERVED_TABLE_NAMES:

@@ -217,9 +217,10 @@ class Builder:
             )
         where = select.args.get("where")
         where_terms = _terms(where.this if where is not None else None)
+        counted: list[_Counted] = []
         for nested in list(select.walk(prune=lambda n: isinstance(n, exp.Select) and n is not select)):
             if isinstance(nested, exp.Select) and nested is not select:
-                keyed.extend(self._subquery(nested, linear, where_terms, inputs))
+                keyed.extend(self._subquery(nested, linear, where_terms, inputs, counted))
         keys, filtered = _keys(where_terms + inner_ons, linear)
         lineage = tuple(_lineage(select, linear))
         return Block(
@@ -231,13 +232,21 @@ class Builder:
             tuple(left_keys),
             lineage,
             filtered,
+            _over_key_sets(select, counted),
         )
 
     def _subquery(
-        self, sub: exp.Select, outer: dict[str, str], where_terms: list[exp.Expr], inputs: list[Node]
+        self,
+        sub: exp.Select,
+        outer: dict[str, str],
+        where_terms: list[exp.Expr],
+        inputs: list[Node],
+        counted: list[_Counted],
     ) -> list[Keyed]:
         """The inputs of the subquery ``sub`` (and of the subqueries in it), keyed to ``outer``'s
-        linear inputs where an equality allows; appended to ``inputs``."""
+        linear inputs where an equality allows; appended to ``inputs``. A semi / anti join whose
+        input's matching rows per key are all it reads gets ``Keyed.matches`` (``_counted``), and
+        how its subquery reads the key set instead is added to ``counted``."""
         operator = _operator(sub)
         for clause in ("limit", "offset"):
             if sub.args.get(clause):
@@ -263,10 +272,94 @@ class Builder:
                 if pair is None and operator == "semi join (IN)":
                     pair = _in_pair(sub, alias, reachable, where_terms)
             found.append(_keyed(node.view, operator, pair))
+        if len(found) == 1 and (one := _counted(sub, operator, alias, found[0], terms)):
+            found[0] = replace(found[0], matches=one.matches)
+            counted.append(one)
         for nested in list(sub.walk(prune=lambda n: isinstance(n, exp.Select) and n is not sub)):
             if isinstance(nested, exp.Select) and nested is not sub:
-                found.extend(self._subquery(nested, {}, [], inputs))  # keyed to sub, not to the block
+                found.extend(self._subquery(nested, {}, [], inputs, []))  # keyed to sub, not to the block
         return found
+
+
+# The subqueries whose input a run may keep as per-key match counts (``_counted``): NOT IN is not
+# (one NULL in its subquery rejects every row, whatever the key).
+_COUNTED_OPERATORS = frozenset({"semi join (EXISTS)", "anti join (NOT EXISTS)", "semi join (IN)"})
+_NOT_COUNTED_CLAUSES = ("joins", "group", "having", "distinct", "qualify", "limit", "offset", "order")
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """A subquery whose input is read as a set of keys: its matching rows' keys (``matches``, for
+    ``Keyed.matches``), and what its WHERE and select list become over that set (``_over_key_sets``)."""
+
+    sub: exp.Select
+    matches: str
+    where: exp.Expr | None
+    expressions: list[exp.Expr]
+
+
+def _counted(
+    sub: exp.Select, operator: str, alias: str, keyed: Keyed, terms: list[exp.Expr]
+) -> _Counted | None:
+    """``sub`` as a test of its one input's keys, where that is all it is: ``EXISTS (SELECT … FROM t
+    WHERE t.c = o.x AND <t's own conditions>)`` (NOT EXISTS alike), or ``o.x IN (SELECT t.c FROM t
+    WHERE <t's own conditions>)``. It then holds for an outer row exactly when some row of t passing
+    its own conditions has c = x (a NULL x matches none): the count of such rows per key is all a run
+    needs of t (``workers.jobs.fast.operators.semi_join``). None otherwise (another correlation, a
+    join, a grouping, a nested subquery: TPC-H Q21's ``l2.l_suppkey <> l1.l_suppkey``)."""
+    if operator not in _COUNTED_OPERATORS or keyed.column is None:
+        return None
+    if any(sub.args.get(c) for c in _NOT_COUNTED_CLAUSES):
+        return None
+    if any(e.find(exp.AggFunc, exp.Window) for e in sub.expressions):
+        return None
+    if any(isinstance(n, exp.Query) and n is not sub for n in sub.walk()):
+        return None
+    in_form = operator == "semi join (IN)"
+    correlation = [t for t in terms if _correlates(t, alias, keyed)]
+    own = [t for t in terms if all(c.table == alias for c in t.find_all(exp.Column))]
+    if len(own) + len(correlation) != len(terms) or len(correlation) != (0 if in_form else 1):
+        return None
+    source = sub.args["from_"].this  # the input's view by now
+    query = exp.select(exp.column(keyed.column, table=alias, quoted=True)).from_(source.copy())
+    if own:
+        query = query.where(exp.and_(*[t.copy() for t in own]))
+    if in_form:
+        return _Counted(sub, query.sql(dialect=DIALECT), None, [e.copy() for e in sub.expressions])
+    return _Counted(sub, query.sql(dialect=DIALECT), correlation[0].copy(), [exp.Literal.number(1)])
+
+
+def _correlates(term: exp.Expr, alias: str, keyed: Keyed) -> bool:
+    """``term`` is ``alias.<keyed column> = o.<outer column>`` (either way round), ``o`` another table."""
+    if not isinstance(term, exp.EQ):
+        return False
+    sides = (term.this, term.expression)
+    return any(
+        isinstance(a, exp.Column)
+        and isinstance(b, exp.Column)
+        and (a.table, a.name) == (alias, keyed.column)
+        and b.table not in ("", alias)
+        and b.name == keyed.outer_column
+        for a, b in (sides, sides[::-1])
+    )
+
+
+def _over_key_sets(select: exp.Select, counted: list[_Counted]) -> str | None:
+    """``select``'s SQL with each counted subquery reading its input as a set of keys: its own
+    conditions gone (the run binds the input's view to the keys its matching rows hold, in a column
+    named as the key: ``Block.over_key_sets``); None where no subquery is counted."""
+    if not counted:
+        return None
+    kept = [(c.sub, c.sub.args.get("where"), c.sub.expressions) for c in counted]
+    for c in counted:
+        c.sub.set("where", None if c.where is None else exp.Where(this=c.where.copy()))
+        c.sub.set("expressions", [e.copy() for e in c.expressions])
+    try:
+        return select.sql(dialect=DIALECT)
+    finally:
+        for sub, where, expressions in kept:
+            sub.set("where", where)
+            sub.set("expressions", expressions)
 
 
 def _first_outer_join(

@@ -67,6 +67,11 @@ class Keyed:
     # change's keys are narrowed by it before the keyed input is read (TPC-H Q17: part's brand and
     # container leave ~1 in 1,000 of the parts a lineitem change reaches).
     outer_keys: str | None = None
+    # ``SELECT <column> FROM <view> WHERE <the subquery's own conditions>``: an EXISTS / NOT EXISTS /
+    # IN whose input's rows matter only by how many per key match (``nodes._counted``; None: not so).
+    # A run keeps those counts as helper state and reads the input as the set of keys with one or
+    # more (``Block.over_key_sets``), never the input itself (``workers.jobs.fast.operators.semi_join``).
+    matches: str | None = None
 
     @property
     def null_keys(self) -> bool:
@@ -90,6 +95,9 @@ class Block:
     left_keys: tuple[JoinKey, ...] = ()
     lineage: tuple[tuple[str, str, str], ...] = ()
     filtered: bool = False
+    # ``sql`` with each subquery whose input is counted (``Keyed.matches``) reading it as a set of
+    # keys: its own conditions gone, the input's view bound to the keys (a column named as the key).
+    over_key_sets: str | None = None
 
     def keyed_input(self, view: str) -> Keyed | None:
         """The keyed input read by ``view`` (None: a linear input)."""
@@ -216,6 +224,11 @@ def _describe(block: Block, seen: set[str]) -> list[str]:
     for keyed in block.keyed:
         if keyed.column is None:
             lines.append(f"{keyed.operator}: recompute of the block whole when its input changes")
+        elif keyed.matches is not None:
+            lines.append(
+                f"{keyed.operator}: matching rows counted per {keyed.column} (helper state), the rows "
+                f"whose {keyed.outer_column} gains its first match or loses its last recomputed (keyed)"
+            )
         else:
             reached = f"the rows whose {keyed.outer_column} its change reaches"
             if keyed.null_keys:
@@ -309,12 +322,15 @@ def _node_record(node: Node) -> dict[str, Any]:
             "left_keys": [_key_record(k) for k in node.left_keys],
             "lineage": [list(item) for item in node.lineage],
             "filtered": node.filtered,
+            **({} if node.over_key_sets is None else {"over_key_sets": node.over_key_sets}),
         }
     }
 
 
 def _keyed_record(k: Keyed) -> list[str | None]:
     found = [k.view, k.operator, k.column, k.outer_view, k.outer_column]
+    if k.matches is not None:
+        return [*found, k.outer_keys, k.matches]
     return found if k.outer_keys is None else [*found, k.outer_keys]  # older records: five items
 
 
@@ -341,6 +357,7 @@ def _node_from_record(record: dict[str, Any]) -> Node:
         left_keys=tuple(JoinKey(*k) for k in b["left_keys"]),
         lineage=tuple((o, v, c) for o, v, c in b["lineage"]),
         filtered=bool(b["filtered"]),
+        over_key_sets=b.get("over_key_sets"),
     )
 
 

@@ -272,10 +272,19 @@ class StateWrite:
 
 
 @dataclass(frozen=True)
+class HelperState:
+    """A helper table the run writes besides the aggregate's state (``table``: by the same trust rule,
+    before the MV commit): ``write`` applied, or where it is None the trusted state carried as it is."""
+
+    table: str
+    write: StateWrite | None
+
+
+@dataclass(frozen=True)
 class Change:
     """What one run commits, by the plan named ``plan``: ``merge`` applied, else ``appended`` appended;
-    ``state`` is written first, when the MV keeps helper state. ``fallback``: what to commit instead
-    when ``merge`` fails with ``RECOMPUTE_NEEDED`` (nothing committed then)."""
+    ``state`` and ``helpers`` are written first, when the MV keeps helper state. ``fallback``: what to
+    commit instead when ``merge`` fails with ``RECOMPUTE_NEEDED`` (nothing committed then)."""
 
     plan: str  # "append", "keyed merge", "rewrite merge" (named in the run message)
     change_rows: int  # change rows read
@@ -284,6 +293,7 @@ class Change:
     appended: DataFrame | None = None
     state: StateWrite | None = None
     fallback: Callable[[], Change] | None = None
+    helpers: tuple[HelperState, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------- projection

@@ -30,7 +30,7 @@ from workers.jobs.delta import write
 from workers.jobs.delta.metadata import CommitId, run_user_metadata, txn_version
 from workers.jobs.delta.write import Target
 from workers.jobs.fast.aggregate.state import StateStore
-from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change
+from workers.jobs.fast.apply import COMPUTE_STEP, RECOMPUTE_NEEDED, Change, StateWrite
 from workers.jobs.request import RunRequest
 
 
@@ -77,11 +77,18 @@ class RunCommit:
         at ``watermark``; ``step`` names the run's next step. Returns the change committed (its
         fallback, when the one-pass MERGE gave way). ``rebuilding`` times a whole state written."""
         mv_commit = self.commit_id(watermark)
+        helpers: list[tuple[StateStore, StateWrite | None]] = []
         if change.state is not None:
+            helpers.append((state, change.state))
+        helpers += [(state.beside(h.table), h.write) for h in change.helpers]
+        for store, written in helpers:
             step("commit the helper state")
+            if written is None:
+                store.carry(self.request, watermark, mv_commit.txn_version)
+                continue
             # A whole state written (no merge) is its rebuild's: timed with it (``Scope.rebuilding``).
-            with rebuilding() if change.state.merge is None else nullcontext():
-                state.commit(change.state, self.request, watermark, mv_commit.txn_version)
+            with rebuilding() if written.merge is None else nullcontext():
+                store.commit(written, self.request, watermark, mv_commit.txn_version)
         step(f"commit ({change.plan})")
         if change.merge is None:
             assert change.appended is not None
@@ -108,7 +115,8 @@ class RunCommit:
         model learns REBUILD from it: ``workers.worker.costs``)."""
         mv_commit = self.commit_id(watermark, state.mv.technique or "FAST")
         step("commit (no change)")
-        state.carry(self.request, watermark, mv_commit.txn_version)
+        for store in (state, state.beside(warehouse.key_counts_table_name(state.mv_name))):
+            store.carry(self.request, watermark, mv_commit.txn_version)
         write.empty_commit(self.session, target, mv_commit)
 
     def _path(self, table: str) -> str:

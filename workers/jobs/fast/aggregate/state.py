@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -63,10 +63,15 @@ class StateStore:
     settings: Settings
     mv_name: str
     mv: MvWatermark
+    table_name: str | None = None  # another helper table kept by the same rule (None: the aggregate's)
 
     @property
     def table(self) -> str:
-        return warehouse.state_table_name(self.mv_name)
+        return self.table_name or warehouse.state_table_name(self.mv_name)
+
+    def beside(self, table: str) -> StateStore:
+        """The store of another helper table of the same MV, trusted by the same rule."""
+        return replace(self, table_name=table)
 
     def _trusted(self) -> tuple[int, str] | None:
         """The version and layout of the newest tagged state commit when it belongs to the MV's
@@ -84,6 +89,11 @@ class StateStore:
             )
             return (commit.version, tag["layout"]) if mine else None
         return None
+
+    def trusted_layout(self) -> str | None:
+        """The layout of the state as of the MV's content; None: no state, or not to be trusted."""
+        trusted = self._trusted()
+        return None if trusted is None else trusted[1]
 
     def read(self, layout: str) -> DataFrame | None:
         """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""

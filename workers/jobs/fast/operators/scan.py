@@ -23,6 +23,8 @@ class ScanFrames:
     new: Mapping[str, DataFrame]
     reads: Mapping[str, Changes]
     held: frozenset[str] = frozenset()  # unchanged small bases, held whole on the driver
+    # Key sets standing for counted inputs (``semi_join``): read like bases, not change rows read.
+    counted: frozenset[str] = frozenset()
 
     def is_held(self, node: Node) -> bool:
         """``node`` is a scan of a base held whole on the driver: narrowed by a list of values or not
@@ -30,12 +32,18 @@ class ScanFrames:
         return isinstance(node, Scan) and node.table in self.held
 
     @property
+    def base_reads(self) -> dict[str, Changes]:
+        """The change rows read from the bases (not the key sets' flips)."""
+        return {b: read for b, read in self.reads.items() if b not in self.counted}
+
+    @property
     def shared(self) -> bool:
-        return bool(self.reads) and all(read.shared for read in self.reads.values())
+        reads = self.base_reads
+        return bool(reads) and all(read.shared for read in reads.values())
 
     @property
     def change_rows(self) -> int:
-        return sum(read.rows for read in self.reads.values())
+        return sum(read.rows for read in self.base_reads.values())
 
 
 def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[int, int]]) -> ScanFrames:

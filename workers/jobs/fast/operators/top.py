@@ -25,6 +25,7 @@ from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
 from workers.jobs.fast.aggregate.state import StateStore
 from workers.jobs.fast.inputs import base_input
+from workers.jobs.fast.operators import semi_join
 from workers.jobs.fast.operators.inner_join import block_delta
 from workers.jobs.fast.operators.nodes import Evaluation
 from workers.jobs.fast.operators.scan import scan_frames
@@ -36,11 +37,16 @@ def tree_change(
     """The change the tree's rules compute, named by them, and whether its change rows were shared."""
     frames = scan_frames(scope, tree, ranges)
     ev = Evaluation(scope, frames)
+    rules = "; ".join(tree.describe())
+    integrated = semi_join.integrate(scope, tree, ev, state)
+    if integrated is not None:  # its counted inputs read as key sets from here on
+        tree, ev.frames = integrated.tree, integrated.frames
     if tree.top == "projection":
         change = _projection(scope, tree, ev, ranges)
     else:
         change = _aggregate(scope, tree, ev, state)
-    rules = "; ".join(tree.describe())
+    if integrated is not None:
+        change = replace(change, helpers=(integrated.helper,))
     touched = ", ".join(f"{label(node)} {rows}" for node, rows in ev.changed_rows)
     interior = f" (interior change rows: {touched})" if touched else ""
     interior += "".join(f" ({note})" for note in ev.notes)
@@ -57,21 +63,23 @@ def _named(change: apply.Change, rules: str) -> apply.Change:
 
 def _signed(ev: Evaluation, tree: TreePlan) -> tuple[DataFrame, DataFrame]:
     found = block_delta(ev, tree.block)  # the root's change, not held: the top reads it
-    assert found is not None, "a run has at least one changed base"
+    if found is None:  # only a counted input changed, and no key of it flipped: no row changes
+        empty = ev.at(tree.block, False).limit(0)
+        return empty, empty
     return found
 
 
 def _projection(
     scope: apply.Scope, tree: TreePlan, ev: Evaluation, ranges: Mapping[str, tuple[int, int]]
 ) -> apply.Change:
-    session, settings, frames = scope.session, scope.settings, ev.frames
-    inserted = [append.inserted_rows(session, settings, b, *ranges[b]) for b in frames.reads]
+    session, settings, reads = scope.session, scope.settings, ev.frames.base_reads
+    inserted = [append.inserted_rows(session, settings, b, *ranges[b]) for b in reads]
     if tree.linear and all(n is not None for n in inserted):  # only appends: only gained rows, appended
         gained = _signed(ev, tree)[0]
         total = sum(n or 0 for n in inserted)
         return apply.Change("append", total, f"{total} rows inserted", appended=gained)
     outputs = _recomputed(scope, tree, ev) or _signed(ev, tree)
-    counted = reduce(DataFrame.unionByName, [r.frame.select("_change_type") for r in frames.reads.values()])
+    counted = reduce(DataFrame.unionByName, [r.frame.select("_change_type") for r in reads.values()])
     mv = scope.mv_frame()
     return apply.projection_change(scope, tree.block_sql, tree.scans[0].view, counted, mv, outputs=outputs)
 
