@@ -73,17 +73,16 @@ def key_counts_table_name(mv: str) -> str:
     return check_table_name(f"{check_table_name(mv)}{KEYS_SUFFIX}")
 
 
+def state_tables(mv: str) -> tuple[str, ...]:
+    """The helper states MV (or top-N rows table) ``mv`` may keep: its aggregate's, its key counts."""
+    return (state_table_name(mv), key_counts_table_name(mv))
+
+
 def helper_tables(mv: str) -> tuple[str, ...]:
     """Every helper table MV ``mv`` may keep beside it (never shown to its readers): its helper
     states, and a top-N MV's inner rows with theirs."""
     inner = top_n_table_name(mv)
-    return (
-        state_table_name(mv),
-        key_counts_table_name(mv),
-        inner,
-        state_table_name(inner),
-        key_counts_table_name(inner),
-    )
+    return (*state_tables(mv), inner, *state_tables(inner))
 
 
 def local_table_dir(settings: Settings, name: str) -> Path:

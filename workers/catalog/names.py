@@ -31,7 +31,9 @@ TOPN_SUFFIX = "__mvtopn"
 # ... and the matching rows per key of its EXISTS / NOT EXISTS / IN subqueries' inputs in M__mvkeys
 KEYS_SUFFIX = "__mvkeys"
 # A warehouse folder may also be an MV log or helper table: the longest name plus the longest suffix.
-MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(len(MLOG_SUFFIX), len(TOPN_SUFFIX) + len(MVSTATE_SUFFIX))
+MAX_TABLE_NAME_LENGTH = MAX_NAME_LENGTH + max(
+    len(MLOG_SUFFIX), len(TOPN_SUFFIX) + max(len(MVSTATE_SUFFIX), len(KEYS_SUFFIX))
+)
 # The fleet's own tables in the warehouse (workers/worker/history_table.py): run history and task
 # states. An MV may read them; none may be created under these names (it would replace them).
 REFRESH_HISTORY_TABLE = "mvs_refresh_history"

@@ -252,6 +252,12 @@ def test_a_semi_or_anti_join_on_one_key_and_its_own_conditions_is_counted_by_key
     back = tree_from_json(tree_json(tree_of(sql)))
     assert back.root == root
     assert any("matching rows counted per k" in line for line in tree_of(sql).describe())
+    # EXISTS over what its rows select: a generator makes none from some rows (not a match).
+    generated = nested_of(
+        "SELECT t.g FROM t WHERE NOT EXISTS (SELECT explode(array(u.w)) FROM u WHERE u.k = t.v) "
+        "AND EXISTS (SELECT u2.w AS x, 1 FROM u u2 WHERE u2.k = t.k)"
+    )
+    assert [k.matches is not None for k in generated.keyed] == [True, False]
 
 
 @pytest.mark.parametrize(

@@ -263,16 +263,18 @@ class Builder:
         sub_where = sub.args.get("where")
         terms = _terms(sub_where.this if sub_where is not None else None)
         found: list[Keyed] = []
+        aliases: list[str] = []
         for source, inner_join in zip(sources, kinds, strict=True):
             alias, node = self._source(source)
             inputs.append(node)
+            aliases.append(alias)
             pair = None
             if inner_join:
                 pair = next((p for t in terms if (p := _pair(t, alias, reachable)) is not None), None)
                 if pair is None and operator == "semi join (IN)":
                     pair = _in_pair(sub, alias, reachable, where_terms)
             found.append(_keyed(node.view, operator, pair))
-        if len(found) == 1 and (one := _counted(sub, operator, alias, found[0], terms)):
+        if len(found) == 1 and (one := _counted(sub, operator, (aliases[0], reachable), found[0], terms)):
             found[0] = replace(found[0], matches=one.matches)
             counted.append(one)
         for nested in list(sub.walk(prune=lambda n: isinstance(n, exp.Select) and n is not sub)):
@@ -284,7 +286,7 @@ class Builder:
 # The subqueries whose input a run may keep as per-key match counts (``_counted``): NOT IN is not
 # (one NULL in its subquery rejects every row, whatever the key).
 _COUNTED_OPERATORS = frozenset({"semi join (EXISTS)", "anti join (NOT EXISTS)", "semi join (IN)"})
-_NOT_COUNTED_CLAUSES = ("joins", "group", "having", "distinct", "qualify", "limit", "offset", "order")
+_NOT_COUNTED_CLAUSES = ("group", "having", "distinct", "qualify", "limit", "offset", "order")
 
 
 @dataclass(frozen=True)
@@ -295,28 +297,33 @@ class _Counted:
     sub: exp.Select
     matches: str
     where: exp.Expr | None
-    expressions: list[exp.Expr]
+    expressions: list[exp.Expr] | None  # None: as written
 
 
 def _counted(
-    sub: exp.Select, operator: str, alias: str, keyed: Keyed, terms: list[exp.Expr]
+    sub: exp.Select, operator: str, names: tuple[str, dict[str, str]], keyed: Keyed, terms: list[exp.Expr]
 ) -> _Counted | None:
     """``sub`` as a test of its one input's keys, where that is all it is: ``EXISTS (SELECT … FROM t
     WHERE t.c = o.x AND <t's own conditions>)`` (NOT EXISTS alike), or ``o.x IN (SELECT t.c FROM t
     WHERE <t's own conditions>)``. It then holds for an outer row exactly when some row of t passing
     its own conditions has c = x (a NULL x matches none): the count of such rows per key is all a run
     needs of t (``workers.jobs.fast.operators.semi_join``). None otherwise (another correlation, a
-    join, a grouping, a nested subquery: TPC-H Q21's ``l2.l_suppkey <> l1.l_suppkey``)."""
+    join, a grouping, a nested subquery: TPC-H Q21's ``l2.l_suppkey <> l1.l_suppkey``). ``names``:
+    the input's alias, and the outer tables' views by alias (``_pair``'s)."""
+    alias, reachable = names
     if operator not in _COUNTED_OPERATORS or keyed.column is None:
         return None
     if any(sub.args.get(c) for c in _NOT_COUNTED_CLAUSES):
         return None
-    if any(e.find(exp.AggFunc, exp.Window) for e in sub.expressions):
+    in_form = operator == "semi join (IN)"
+    plain = (exp.Star, exp.Column, exp.Literal)  # EXISTS: rows, not what they select (a generator
+    listed = (e.this if isinstance(e, exp.Alias) else e for e in sub.expressions)  # makes 0 or more)
+    if not in_form and not all(isinstance(e, plain) for e in listed):
         return None
     if any(isinstance(n, exp.Query) and n is not sub for n in sub.walk()):
         return None
-    in_form = operator == "semi join (IN)"
-    correlation = [t for t in terms if _correlates(t, alias, keyed)]
+    pair = (keyed.column, keyed.outer_view, keyed.outer_column)
+    correlation = [t for t in terms if _pair(t, alias, reachable) == pair]
     own = [t for t in terms if all(c.table == alias for c in t.find_all(exp.Column))]
     if len(own) + len(correlation) != len(terms) or len(correlation) != (0 if in_form else 1):
         return None
@@ -324,24 +331,9 @@ def _counted(
     query = exp.select(exp.column(keyed.column, table=alias, quoted=True)).from_(source.copy())
     if own:
         query = query.where(exp.and_(*[t.copy() for t in own]))
-    if in_form:
-        return _Counted(sub, query.sql(dialect=DIALECT), None, [e.copy() for e in sub.expressions])
+    if in_form:  # the key column it selects is the key set's
+        return _Counted(sub, query.sql(dialect=DIALECT), None, None)
     return _Counted(sub, query.sql(dialect=DIALECT), correlation[0].copy(), [exp.Literal.number(1)])
-
-
-def _correlates(term: exp.Expr, alias: str, keyed: Keyed) -> bool:
-    """``term`` is ``alias.<keyed column> = o.<outer column>`` (either way round), ``o`` another table."""
-    if not isinstance(term, exp.EQ):
-        return False
-    sides = (term.this, term.expression)
-    return any(
-        isinstance(a, exp.Column)
-        and isinstance(b, exp.Column)
-        and (a.table, a.name) == (alias, keyed.column)
-        and b.table not in ("", alias)
-        and b.name == keyed.outer_column
-        for a, b in (sides, sides[::-1])
-    )
 
 
 def _over_key_sets(select: exp.Select, counted: list[_Counted]) -> str | None:
@@ -353,7 +345,8 @@ def _over_key_sets(select: exp.Select, counted: list[_Counted]) -> str | None:
     kept = [(c.sub, c.sub.args.get("where"), c.sub.expressions) for c in counted]
     for c in counted:
         c.sub.set("where", None if c.where is None else exp.Where(this=c.where.copy()))
-        c.sub.set("expressions", [e.copy() for e in c.expressions])
+        if c.expressions is not None:
+            c.sub.set("expressions", [e.copy() for e in c.expressions])
     try:
         return select.sql(dialect=DIALECT)
     finally:

@@ -70,7 +70,7 @@ class Keyed:
     # ``SELECT <column> FROM <view> WHERE <the subquery's own conditions>``: an EXISTS / NOT EXISTS /
     # IN whose input's rows matter only by how many per key match (``nodes._counted``; None: not so).
     # A run keeps those counts as helper state and reads the input as the set of keys with one or
-    # more (``Block.over_key_sets``), never the input itself (``workers.jobs.fast.operators.semi_join``).
+    # more (``Block.over_key_sets``), not the input (``workers.jobs.fast.operators.semi_join``).
     matches: str | None = None
 
     @property

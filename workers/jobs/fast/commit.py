@@ -4,11 +4,13 @@
    empty commit at ``epoch * 2**32`` (``CommitId.fence``): from then on Delta skips every older
    epoch's commit to them, so the MV content (and state) a run reads can only change by a newer epoch,
    whose commit makes this run's skipped.
-2. ``commit``: the helper state first, when the change has one (``Change.state``; only the MV commit
-   makes it trusted: ``workers.jobs.fast.aggregate.state``), then the MV: the change rows appended,
-   or its MERGE (by delta-rs or Spark: ``workers.jobs.delta.write``). A one-pass MERGE that meets a
-   group to recompute commits nothing and raises; its ``fallback`` (the two steps) is committed then.
-   ``advance`` instead, when the run's ranges hold no change row: the same two commits, empty (the
+2. ``commit``: the helper states first, when the change has them (``Change.state``, the aggregate's,
+   and ``Change.helpers``, written or carried: the key counts of ``operators.semi_join``; only the
+   MV commit makes them trusted: ``workers.jobs.fast.aggregate.state``), then the MV: the change rows
+   appended, or its MERGE (by delta-rs or Spark: ``workers.jobs.delta.write``). A one-pass MERGE that
+   meets a group to recompute commits nothing and raises; its ``fallback`` (the two steps) is
+   committed then.
+   ``advance`` instead, when the run's ranges hold no change row: the same commits, empty (a
    state's only where it is trusted, so that it stays so).
 
 The MV commit carries the data and the new watermark (``userMetadata``), the state commit its own tag
@@ -115,8 +117,8 @@ class RunCommit:
         model learns REBUILD from it: ``workers.worker.costs``)."""
         mv_commit = self.commit_id(watermark, state.mv.technique or "FAST")
         step("commit (no change)")
-        for store in (state, state.beside(warehouse.key_counts_table_name(state.mv_name))):
-            store.carry(self.request, watermark, mv_commit.txn_version)
+        for table in warehouse.state_tables(state.mv_name):
+            state.beside(table).carry(self.request, watermark, mv_commit.txn_version)
         write.empty_commit(self.session, target, mv_commit)
 
     def _path(self, table: str) -> str:

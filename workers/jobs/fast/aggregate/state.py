@@ -32,6 +32,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -73,27 +74,36 @@ class StateStore:
         """The store of another helper table of the same MV, trusted by the same rule."""
         return replace(self, table_name=table)
 
+    def _newest(self) -> tuple[int, dict[str, Any]] | None:
+        """The version and tag of the newest tagged state commit (fences carry none)."""
+        for commit in deltalog.iter_commits(self.session, self.settings, self.table):
+            tag = json_object(commit.user_metadata, _KEY)
+            if tag is not None:
+                return commit.version, tag
+        return None
+
     def _trusted(self) -> tuple[int, str] | None:
         """The version and layout of the newest tagged state commit when it belongs to the MV's
         newest commit (see the module's docstring); None: no state, or not to be trusted."""
-        for commit in deltalog.iter_commits(self.session, self.settings, self.table):
-            tag = json_object(commit.user_metadata, _KEY)
-            if tag is None:
-                continue  # a fence
-            mine = (
-                tag.get("task_id") == self.mv.task_id
-                and tag.get("epoch") == self.mv.epoch
-                and tag.get("run_id") == self.mv.run_id
-                and tag.get("watermark") == self.mv.watermark
-                and isinstance(tag.get("layout"), str)
-            )
-            return (commit.version, tag["layout"]) if mine else None
-        return None
+        newest = self._newest()
+        if newest is None:
+            return None
+        version, tag = newest
+        mine = (
+            tag.get("task_id") == self.mv.task_id
+            and tag.get("epoch") == self.mv.epoch
+            and tag.get("run_id") == self.mv.run_id
+            and tag.get("watermark") == self.mv.watermark
+            and isinstance(tag.get("layout"), str)
+        )
+        return (version, tag["layout"]) if mine else None
 
-    def trusted_layout(self) -> str | None:
-        """The layout of the state as of the MV's content; None: no state, or not to be trusted."""
-        trusted = self._trusted()
-        return None if trusted is None else trusted[1]
+    def newest_layout(self) -> str | None:
+        """The layout of the newest state written, whichever run wrote it (not a trust: what a
+        state that holds nothing says, a declined one, ``operators.semi_join``)."""
+        newest = self._newest()
+        layout = None if newest is None else newest[1].get("layout")
+        return layout if isinstance(layout, str) else None
 
     def read(self, layout: str) -> DataFrame | None:
         """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""

@@ -24,7 +24,7 @@ class ScanFrames:
     reads: Mapping[str, Changes]
     held: frozenset[str] = frozenset()  # unchanged small bases, held whole on the driver
     # Key sets standing for counted inputs (``semi_join``): read like bases, not change rows read.
-    counted: frozenset[str] = frozenset()
+    key_sets: frozenset[str] = frozenset()
 
     def is_held(self, node: Node) -> bool:
         """``node`` is a scan of a base held whole on the driver: narrowed by a list of values or not
@@ -34,7 +34,7 @@ class ScanFrames:
     @property
     def base_reads(self) -> dict[str, Changes]:
         """The change rows read from the bases (not the key sets' flips)."""
-        return {b: read for b, read in self.reads.items() if b not in self.counted}
+        return {b: read for b, read in self.reads.items() if b not in self.key_sets}
 
     @property
     def shared(self) -> bool:

@@ -8,7 +8,7 @@ join's side, the MV keeps, per such input, how many of its rows match each key (
 ``aggregate.state``: written before the MV commit, tagged with its run). A run then
 
 * counts its change rows through the subquery's own conditions, net per key (``_net``: the change rows
-  only, a few thousand at most);
+  only);
 * reads the kept counts at those keys, so old = kept, new = kept + net; the keys whose count goes
   from 0 to more (``on``) or back (``off``) are all that changes of the set;
 * binds the input, in the block's SQL with that subquery reading its keys (``Block.over_key_sets``),
@@ -16,14 +16,17 @@ join's side, the MV keeps, per such input, how many of its rows match each key (
   scan like any other to the block's rule (``inner_join``), which reads the outer rows at the flipped
   keys only.
 
-t itself is never read, where the keyed recompute read it at every key its change reached, at new
-and at old (TPC-H Q22's orders by customer: 3 M rows a run at SF 1 for ~900 customers). Without a
-trusted state (the first FAST run, after a COMPLETE one, a crash between the state and the MV
-commits) the counts are rebuilt from t at the pinned version, and old = new − net.
+A run that keeps the counts never reads t, where the keyed recompute read it at every key its change
+reached, at new and at old (TPC-H Q22's orders by customer: 3 M rows a run at SF 1 for ~900
+customers). Without a trusted state (the first FAST run, after a COMPLETE one, a crash between the
+state and the MV commits) the counts are rebuilt from t at the pinned version, and old = new − net;
+where some input then averages under ``MIN_ROWS_PER_KEY`` matching rows a key, the MV keeps an empty
+state tagged "declined" instead, and its runs recompute by key as before, until its query changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import reduce
 
@@ -97,12 +100,24 @@ def counted_inputs(tree: TreePlan) -> list[Counted]:
 
 @dataclass(frozen=True)
 class Integrated:
-    """The run's tree and frames with every counted input a scan of its key sets, and what it writes
-    to the key counts (``apply.HelperState``)."""
+    """The tree a run computes (every counted input a scan of its key sets, or none where the counts
+    are declined), its frames, what it writes to the key counts, and the rules it applies (its
+    message: the counted inputs as planned, or recomputed by key where declined)."""
 
     tree: TreePlan
     frames: ScanFrames
     helper: apply.HelperState
+    rules: list[str]
+
+
+@dataclass(frozen=True)
+class _KeySets:
+    """Per counted input: its key set (``KEY``, ``MATCHES``) at old, or at new where ``at_new`` (a
+    rebuild); and what the run writes to the state (None: carried as it is)."""
+
+    counts: dict[int, DataFrame]
+    at_new: bool
+    write: apply.StateWrite | None
 
 
 def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateStore) -> Integrated | None:
@@ -121,65 +136,85 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
     )
     layout = layout_id("key counts", [(c.keyed.matches, types[c.index].simpleString()) for c in counted])
     declined = f"{layout} declined"  # the state of an MV whose counts are not worth keeping: none
-    found = store.trusted_layout()
-    if found == declined:
-        return Integrated(tree, ev.frames, apply.HelperState(store.table, None))
-    nets = {c.index: net for c in counted if (net := _net(ev, c)) is not None}
-    kept = store.read(layout) if found == layout else None
-    write: apply.StateWrite | None = None
-    if kept is None:
+    uncounted = _uncounted(tree)
+    # Declined by the layout alone, whatever run tagged it: a complete refresh since does not make
+    # the next FAST run count again (its count reads the input whole: Q4's 11 s first run).
+    if store.newest_layout() == declined:
+        return Integrated(uncounted, ev.frames, apply.HelperState(store.table, None), uncounted.describe())
+    kept = store.read(layout)
+    sets: _KeySets | None = None
+    if kept is not None:
+        sets = _KeySets({c.index: _kept(kept, c) for c in counted}, False, None)
+    else:
         with scope.rebuilding():
-            counted_at_new = {c.index: _counts_at_new(ev, c) for c in counted}
-            counts = {i: frame for i, (frame, _) in counted_at_new.items()}
-            few = [i for i, (_, per_key) in counted_at_new.items() if per_key < MIN_ROWS_PER_KEY]
-            if few:
-                empty = scope.session.createDataFrame([], schema)
-                write = apply.StateWrite(empty, declined)
-            else:
-                rows = [_state_rows(c, counts[c.index], schema) for c in counted]
-                write = apply.StateWrite(reduce(DataFrame.unionByName, rows), layout)
-        if few:
+            sets = _rebuilt(ev, counted, schema, layout)
+        if sets is None:
             ev.note(
                 f"key counts not kept: under {MIN_ROWS_PER_KEY} matching rows a key; state rebuilt from "
                 f"the bases in {store.table}, empty"
             )
-            return Integrated(tree, ev.frames, apply.HelperState(store.table, write))
+            empty = apply.StateWrite(scope.session.createDataFrame([], schema), declined)
+            return Integrated(
+                uncounted, ev.frames, apply.HelperState(store.table, empty), uncounted.describe()
+            )
         ev.note(f"key counts: state rebuilt from the bases in {store.table}")
-    else:
-        counts = {
-            c.index: kept.where(F.col(INPUT) == c.index).select(F.col(c.column).alias(KEY), MATCHES)
-            for c in counted
-        }
+    frames, merged = _key_set_frames(ev, counted, sets, store.table)
+    write = sets.write
+    if write is None and merged:
+        source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in merged])
+        spec = apply.keyed_upsert(source, [INPUT, *[c.column for c in counted]], schema)
+        write = apply.StateWrite(source, layout, spec)
+    helper = apply.HelperState(store.table, write)
+    return Integrated(_rewritten(tree, counted), frames, helper, tree.describe())
+
+
+def _kept(kept: DataFrame, c: Counted) -> DataFrame:
+    return kept.where(F.col(INPUT) == c.index).select(F.col(c.column).alias(KEY), MATCHES)
+
+
+def _rebuilt(ev: Evaluation, counted: list[Counted], schema: StructType, layout: str) -> _KeySets | None:
+    """The counts at the pinned version, written whole; None where some input averages under
+    ``MIN_ROWS_PER_KEY`` matching rows a key (declined)."""
+    found = {c.index: _counts_at_new(ev, c) for c in counted}
+    if any(per_key < MIN_ROWS_PER_KEY for _, per_key in found.values()):
+        return None
+    counts = {i: frame for i, (frame, _) in found.items()}
+    rows = reduce(DataFrame.unionByName, [_state_rows(c, counts[c.index], schema) for c in counted])
+    return _KeySets(counts, True, apply.StateWrite(rows, layout))
+
+
+def _key_set_frames(
+    ev: Evaluation, counted: list[Counted], sets: _KeySets, table: str
+) -> tuple[ScanFrames, list[tuple[Counted, DataFrame]]]:
+    """The run's frames with each counted input's key sets at old and new, and its flipped keys as its
+    change rows (inserted: a first match, deleted: the last one gone); and the counts each changed
+    input reached (``_flips``)."""
     old, new, reads = dict(ev.frames.old), dict(ev.frames.new), dict(ev.frames.reads)
-    merged: list[DataFrame] = []
+    merged: list[tuple[Counted, DataFrame]] = []
+    first, last = (F.col(_OLD) <= 0) & (F.col(_NEW) > 0), (F.col(_OLD) > 0) & (F.col(_NEW) <= 0)
     for c in counted:
-        keys = counts[c.index].select(F.col(KEY).alias(c.key))
+        counts = sets.counts[c.index]
+        keys = counts.select(F.col(KEY).alias(c.key))
         old[c.table] = new[c.table] = keys  # unchanged: one key set for both versions
-        if c.index not in nets:
+        net = _net(ev, c)
+        if net is None:
             continue
-        flips = _flips(scope, nets[c.index], counts[c.index], rebuilt=kept is None)
-        on = flips.where((F.col(_OLD) <= 0) & (F.col(_NEW) > 0)).select(F.col(KEY).alias(c.key))
-        off = flips.where((F.col(_OLD) > 0) & (F.col(_NEW) <= 0)).select(F.col(KEY).alias(c.key))
-        if kept is None:  # the counts are at new
+        flips = _flips(ev.scope, net, counts, at_new=sets.at_new, table=table)
+        on, off = (flips.where(f).select(F.col(KEY).alias(c.key)) for f in (first, last))
+        if sets.at_new:
             old[c.table] = keys.join(on, c.key, "left_anti").unionByName(off)
         else:
             new[c.table] = keys.join(off, c.key, "left_anti").unionByName(on)
-        gained, lost = sums(
-            flips, (F.col(_OLD) <= 0) & (F.col(_NEW) > 0), (F.col(_OLD) > 0) & (F.col(_NEW) <= 0)
-        )
+        gained, lost = sums(flips, first, last)
         if gained + lost:
             changed = on.withColumn("_change_type", F.lit("insert")).unionByName(
                 off.withColumn("_change_type", F.lit("delete"))
             )
             reads[c.table] = Changes(changed, False, gained + lost)
-        merged.append(_merged_rows(c, flips, schema))
+        merged.append((c, flips))
         ev.note(f"{c.keyed.operator} by key counts: {gained} keys gained a first match, {lost} lost the last")
-    if write is None and merged:
-        source = reduce(DataFrame.unionByName, merged)
-        spec = apply.keyed_upsert(source, [INPUT, *[c.column for c in counted]], schema)
-        write = apply.StateWrite(source, layout, spec)
-    frames = replace(ev.frames, old=old, new=new, reads=reads, counted=frozenset(c.table for c in counted))
-    return Integrated(_rewritten(tree, counted), frames, apply.HelperState(store.table, write))
+    key_sets = frozenset(c.table for c in counted)
+    return replace(ev.frames, old=old, new=new, reads=reads, key_sets=key_sets), merged
 
 
 def _matching_keys(ev: Evaluation, c: Counted, rows: DataFrame) -> DataFrame:
@@ -214,16 +249,18 @@ def _counts_at_new(ev: Evaluation, c: Counted) -> tuple[DataFrame, float]:
     return counts, sums(counts, F.col(MATCHES))[0] / found if found else float("inf")
 
 
-def _flips(scope: apply.Scope, net: DataFrame, counts: DataFrame, *, rebuilt: bool) -> DataFrame:
+def _flips(scope: apply.Scope, net: DataFrame, counts: DataFrame, *, at_new: bool, table: str) -> DataFrame:
     """Per key the change reaches: its count at old (``_OLD``) and at new (``_NEW``), held; ``counts``
-    are at new where ``rebuilt``, else at old."""
+    are at new where ``at_new``, else at old. A count below 0 means the state is not what its tag
+    says: ``Inconsistent`` (the run refreshes completely)."""
     found = F.coalesce(F.col(MATCHES), F.lit(0)).cast("long")
-    if rebuilt:
-        old, new = found - F.col(_NET), found
-    else:
-        old, new = found, found + F.col(_NET)
+    old, new = (found - F.col(_NET), found) if at_new else (found, found + F.col(_NET))
     joined = net.join(counts, KEY, "left").select(KEY, old.alias(_OLD), new.alias(_NEW))
-    return hold_counted(scope.session, joined)[0]
+    flips = hold_counted(scope.session, joined)[0]
+    (below,) = sums(flips, (F.col(_OLD) < 0) | (F.col(_NEW) < 0))
+    if below:
+        raise apply.Inconsistent(f"the key counts in {table} go below zero at {below} keys")
+    return flips
 
 
 def _state_rows(c: Counted, counts: DataFrame, schema: StructType) -> DataFrame:
@@ -245,22 +282,41 @@ def _columns(c: Counted, schema: StructType, key: Column, matches: Column) -> li
     return [*out, matches.cast("long").alias(MATCHES)]
 
 
+def _uncounted(tree: TreePlan) -> TreePlan:
+    """``tree`` as it runs where the counts are declined: its counted inputs recomputed by key."""
+
+    def plain(block: Block, inputs: tuple[Node, ...]) -> Block:
+        keyed = tuple(replace(k, matches=None) for k in block.keyed)
+        return replace(block, inputs=inputs, keyed=keyed, over_key_sets=None)
+
+    return _mapped(tree, plain)
+
+
 def _rewritten(tree: TreePlan, counted: list[Counted]) -> TreePlan:
-    """``tree`` with every counted input a scan of its key sets, its block's SQL reading them."""
+    """``tree`` with every counted input a scan of its key sets, its block's SQL reading them. Its
+    ``scans`` and ``block_sql`` stay the planned tree's (the nested tree runs from ``root``)."""
     scans = {c.keyed.view: Scan(c.table, c.keyed.view, c.keyed.view) for c in counted}
 
-    def rewrite(node: Node) -> Node:
+    def over_key_sets(block: Block, inputs: tuple[Node, ...]) -> Block:
+        inputs = tuple(scans.get(n.view, n) for n in inputs)
+        return replace(block, sql=block.over_key_sets or block.sql, inputs=inputs)
+
+    return _mapped(tree, over_key_sets)
+
+
+def _mapped(tree: TreePlan, on_block: Callable[[Block, tuple[Node, ...]], Block]) -> TreePlan:
+    """``tree`` with each block replaced by ``on_block`` of it and its inputs (mapped first)."""
+
+    def mapped(node: Node) -> Node:
         if isinstance(node, Scan):
             return node
         if isinstance(node, Aggregate):
-            inner = rewrite(node.input)
+            inner = mapped(node.input)
             assert isinstance(inner, Block)
             return replace(node, input=inner)
-        inputs = tuple(scans.get(n.view) or rewrite(n) for n in node.inputs)
-        if isinstance(node, Block) and node.over_key_sets is not None:
-            return replace(node, sql=node.over_key_sets, inputs=inputs)
-        return replace(node, inputs=inputs)
+        inputs = tuple(mapped(n) for n in node.inputs)
+        return on_block(node, inputs) if isinstance(node, Block) else replace(node, inputs=inputs)
 
-    root = rewrite(tree.block)
+    root = mapped(tree.block)
     assert isinstance(root, Block)
     return replace(tree, root=root)

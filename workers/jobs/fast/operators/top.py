@@ -39,8 +39,10 @@ def tree_change(
     ev = Evaluation(scope, frames)
     rules = "; ".join(tree.describe())
     integrated = semi_join.integrate(scope, tree, ev, state)
-    if integrated is not None:  # its counted inputs read as key sets from here on
-        tree, ev.frames = integrated.tree, integrated.frames
+    if integrated is not None:  # its counted inputs read as key sets (or not) from here on
+        tree, rules = integrated.tree, "; ".join(integrated.rules)
+        # A fresh view of the nodes: a key set's scan takes its input's view, whose memos are the input's.
+        ev = Evaluation(scope, integrated.frames, changed_rows=ev.changed_rows, notes=ev.notes)
     if tree.top == "projection":
         change = _projection(scope, tree, ev, ranges)
     else:
@@ -64,6 +66,7 @@ def _named(change: apply.Change, rules: str) -> apply.Change:
 def _signed(ev: Evaluation, tree: TreePlan) -> tuple[DataFrame, DataFrame]:
     found = block_delta(ev, tree.block)  # the root's change, not held: the top reads it
     if found is None:  # only a counted input changed, and no key of it flipped: no row changes
+        assert ev.frames.key_sets, "a run has at least one changed base"
         empty = ev.at(tree.block, False).limit(0)
         return empty, empty
     return found
@@ -79,9 +82,11 @@ def _projection(
         total = sum(n or 0 for n in inserted)
         return apply.Change("append", total, f"{total} rows inserted", appended=gained)
     outputs = _recomputed(scope, tree, ev) or _signed(ev, tree)
-    counted = reduce(DataFrame.unionByName, [r.frame.select("_change_type") for r in reads.values()])
+    change_types = reduce(DataFrame.unionByName, [r.frame.select("_change_type") for r in reads.values()])
     mv = scope.mv_frame()
-    return apply.projection_change(scope, tree.block_sql, tree.scans[0].view, counted, mv, outputs=outputs)
+    return apply.projection_change(
+        scope, tree.block_sql, tree.scans[0].view, change_types, mv, outputs=outputs
+    )
 
 
 def _recomputed(scope: apply.Scope, tree: TreePlan, ev: Evaluation) -> tuple[DataFrame, DataFrame] | None:
