@@ -241,12 +241,13 @@ class Builder:
         outer: dict[str, str],
         where_terms: list[exp.Expr],
         inputs: list[Node],
-        counted: list[_Counted],
+        counted: list[_Counted] | None,
     ) -> list[Keyed]:
         """The inputs of the subquery ``sub`` (and of the subqueries in it), keyed to ``outer``'s
         linear inputs where an equality allows; appended to ``inputs``. A semi / anti join whose
         input's matching rows per key are all it reads gets ``Keyed.matches`` (``_counted``), and
-        how its subquery reads the key set instead is added to ``counted``."""
+        how its subquery reads the key set instead is added to ``counted`` (None: a subquery of a
+        subquery, keyed to it and never counted)."""
         operator = _operator(sub)
         for clause in ("limit", "offset"):
             if sub.args.get(clause):
@@ -274,12 +275,13 @@ class Builder:
                 if pair is None and operator == "semi join (IN)":
                     pair = _in_pair(sub, alias, reachable, where_terms)
             found.append(_keyed(node.view, operator, pair))
-        if len(found) == 1 and (one := _counted(sub, operator, (aliases[0], reachable), found[0], terms)):
+        one = _counted(sub, operator, (aliases[0], reachable), found[0], terms) if len(found) == 1 else None
+        if one is not None and counted is not None:
             found[0] = replace(found[0], matches=one.matches)
             counted.append(one)
         for nested in list(sub.walk(prune=lambda n: isinstance(n, exp.Select) and n is not sub)):
             if isinstance(nested, exp.Select) and nested is not sub:
-                found.extend(self._subquery(nested, {}, [], inputs, []))  # keyed to sub, not to the block
+                found.extend(self._subquery(nested, {}, [], inputs, None))  # keyed to sub, not the block
         return found
 
 
@@ -316,9 +318,10 @@ def _counted(
     if any(sub.args.get(c) for c in _NOT_COUNTED_CLAUSES):
         return None
     in_form = operator == "semi join (IN)"
-    plain = (exp.Star, exp.Column, exp.Literal)  # EXISTS: rows, not what they select (a generator
-    listed = (e.this if isinstance(e, exp.Alias) else e for e in sub.expressions)  # makes 0 or more)
-    if not in_form and not all(isinstance(e, plain) for e in listed):
+    # EXISTS tests rows, not what they select: only as long as a row selects one (a generator makes
+    # none or more).
+    listed = (e.this if isinstance(e, exp.Alias) else e for e in sub.expressions)
+    if not in_form and not all(isinstance(e, exp.Star | exp.Column | exp.Literal) for e in listed):
         return None
     if any(isinstance(n, exp.Query) and n is not sub for n in sub.walk()):
         return None

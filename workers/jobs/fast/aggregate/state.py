@@ -1,5 +1,7 @@
 """The helper state of an aggregate MV: per group COUNT(*), and per aggregated column its non-NULL
-count and exact sum, in the Delta table ``<mv>__mvstate`` (``warehouse.state_table_name``).
+count and exact sum, in the Delta table ``<mv>__mvstate`` (``warehouse.state_table_name``); and by
+the same rule (``StateStore.beside``) the key counts of its semi and anti joins, ``<mv>__mvkeys``
+(``workers.jobs.fast.operators.semi_join``).
 
 Readers of the MV never see it: the MV table holds exactly the query's columns. A FAST run derives
 COUNT(col), SUM, AVG and "the group vanished" from it (``workers.jobs.fast.aggregate.merge``), so
@@ -105,8 +107,10 @@ class StateStore:
         layout = None if newest is None else newest[1].get("layout")
         return layout if isinstance(layout, str) else None
 
-    def read(self, layout: str) -> DataFrame | None:
-        """The state as of the MV's content, or None when it cannot be trusted (rebuild it)."""
+    def read(self, layout: str, *, pinned: bool = False) -> DataFrame | None:
+        """The state as of the MV's content, or None when it cannot be trusted (rebuild it).
+        ``pinned``: read at its version even when it is the newest (a frame read after the run's
+        own state commit still sees the state it started from)."""
         trusted = self._trusted()
         if trusted is None or trusted[1] != layout:
             return None
@@ -115,7 +119,7 @@ class StateStore:
         if held is not None:  # small: read whole by delta-rs, no Spark job
             return held
         reader = self.session.read.format("delta")
-        if version != deltalog.current_version(self.session, self.settings, self.table):
+        if pinned or version != deltalog.current_version(self.session, self.settings, self.table):
             reader = reader.option("versionAsOf", version)
         # The newest version is read as such: the snapshot the run's state MERGE uses (a time
         # travel to it would load the same state a second time). Only a newer epoch can commit

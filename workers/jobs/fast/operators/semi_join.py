@@ -20,8 +20,9 @@ A run that keeps the counts never reads t, where the keyed recompute read it at 
 reached, at new and at old (TPC-H Q22's orders by customer: 3 M rows a run at SF 1 for ~900
 customers). Without a trusted state (the first FAST run, after a COMPLETE one, a crash between the
 state and the MV commits) the counts are rebuilt from t at the pinned version, and old = new − net;
-where some input then averages under ``MIN_ROWS_PER_KEY`` matching rows a key, the MV keeps an empty
-state tagged "declined" instead, and its runs recompute by key as before, until its query changes.
+where some input then averages under ``MIN_ROWS_PER_KEY`` matching rows a key (or the warehouse is
+remote: ``_rebuilt``), the MV keeps an empty state tagged "declined" instead, and its runs recompute
+by key as before, until its query changes.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from workers import warehouse
-from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, TreePlan, Union
+from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, TreePlan, identity
 from workers.jobs.changes.reads import Changes
 from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.state import StateStore, layout_id
@@ -64,7 +65,7 @@ class Counted:
     node: Node
 
     @property
-    def table(self) -> str:
+    def frame_name(self) -> str:
         """The name its key sets go by among the run's frames (never a table's: a name has no '#')."""
         return f"#key counts {self.index}"
 
@@ -81,18 +82,25 @@ class Counted:
 
 
 def counted_inputs(tree: TreePlan) -> list[Counted]:
-    """Every counted input of ``tree``'s blocks, leaves first (one numbering for state and frames)."""
+    """Every counted input of ``tree``'s blocks, leaves first (one numbering for state and frames);
+    not those inside a counted input (its key sets stand for the whole subtree)."""
     found: list[tuple[Keyed, Node]] = []
 
     def walk(node: Node) -> None:
         if isinstance(node, Aggregate):
             walk(node.input)
-        elif isinstance(node, Block | Union):
-            for n in node.inputs:
+            return
+        if isinstance(node, Scan):
+            return
+        counted = [k for k in node.keyed if k.matches is not None] if isinstance(node, Block) else []
+        if isinstance(node, Block) and node.over_key_sets is None:
+            counted = []
+        views = {k.view for k in counted}
+        for n in node.inputs:
+            if n.view not in views:
                 walk(n)
-        if isinstance(node, Block) and node.over_key_sets is not None:
-            inputs = {n.view: n for n in node.inputs}
-            found.extend((k, inputs[k.view]) for k in node.keyed if k.matches is not None)
+        inputs = {n.view: n for n in node.inputs}
+        found.extend((k, inputs[k.view]) for k in counted)
 
     walk(tree.block)
     return [Counted(i, k, n) for i, (k, n) in enumerate(found)]
@@ -106,7 +114,7 @@ class Integrated:
 
     tree: TreePlan
     frames: ScanFrames
-    helper: apply.HelperState
+    helper: apply.HelperState | None  # None: the key counts left as they are (declined)
     rules: list[str]
 
 
@@ -126,7 +134,7 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
     if not counted:
         return None
     store = state.beside(warehouse.key_counts_table_name(state.mv_name))
-    types = {c.index: _matching_keys(ev, c, ev.at(c.node, False)).schema[0].dataType for c in counted}
+    types = {c.index: _matching_keys(ev, c, ev.at(c.node, True)).schema[0].dataType for c in counted}
     schema = StructType(
         [
             StructField(INPUT, IntegerType(), False),
@@ -134,53 +142,68 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
             StructField(MATCHES, LongType(), False),
         ]
     )
-    layout = layout_id("key counts", [(c.keyed.matches, types[c.index].simpleString()) for c in counted])
+    described = [(identity(c.node), c.keyed.matches, types[c.index].simpleString()) for c in counted]
+    layout = layout_id("key counts", described)
     declined = f"{layout} declined"  # the state of an MV whose counts are not worth keeping: none
-    uncounted = _uncounted(tree)
     # Declined by the layout alone, whatever run tagged it: a complete refresh since does not make
     # the next FAST run count again (its count reads the input whole: Q4's 11 s first run).
     if store.newest_layout() == declined:
-        return Integrated(uncounted, ev.frames, apply.HelperState(store.table, None), uncounted.describe())
-    kept = store.read(layout)
-    sets: _KeySets | None = None
+        return _declined(tree, ev, None)
+    kept = store.read(layout, pinned=True)
+    sets: _KeySets | None
     if kept is not None:
         sets = _KeySets({c.index: _kept(kept, c) for c in counted}, False, None)
     else:
         with scope.rebuilding():
-            sets = _rebuilt(ev, counted, schema, layout)
+            sets, why = _rebuilt(ev, counted, schema, layout)
         if sets is None:
-            ev.note(
-                f"key counts not kept: under {MIN_ROWS_PER_KEY} matching rows a key; state rebuilt from "
-                f"the bases in {store.table}, empty"
-            )
+            ev.note(f"key counts not kept: {why}; state rebuilt from the bases in {store.table}, empty")
             empty = apply.StateWrite(scope.session.createDataFrame([], schema), declined)
-            return Integrated(
-                uncounted, ev.frames, apply.HelperState(store.table, empty), uncounted.describe()
+            return _declined(
+                tree, ev, None if why == NOTHING_TO_COUNT else apply.HelperState(store.table, empty)
             )
         ev.note(f"key counts: state rebuilt from the bases in {store.table}")
-    frames, merged = _key_set_frames(ev, counted, sets, store.table)
+    frames, flipped = _key_set_frames(ev, counted, sets, store.table)
     write = sets.write
-    if write is None and merged:
-        source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in merged])
+    if write is None and flipped:
+        source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in flipped])
         spec = apply.keyed_upsert(source, [INPUT, *[c.column for c in counted]], schema)
         write = apply.StateWrite(source, layout, spec)
     helper = apply.HelperState(store.table, write)
     return Integrated(_rewritten(tree, counted), frames, helper, tree.describe())
 
 
+def _declined(tree: TreePlan, ev: Evaluation, helper: apply.HelperState | None) -> Integrated:
+    """The run of ``tree`` without its counts: its counted inputs recomputed by key."""
+    uncounted = _uncounted(tree)
+    return Integrated(uncounted, ev.frames, helper, uncounted.describe())
+
+
 def _kept(kept: DataFrame, c: Counted) -> DataFrame:
     return kept.where(F.col(INPUT) == c.index).select(F.col(c.column).alias(KEY), MATCHES)
 
 
-def _rebuilt(ev: Evaluation, counted: list[Counted], schema: StructType, layout: str) -> _KeySets | None:
-    """The counts at the pinned version, written whole; None where some input averages under
-    ``MIN_ROWS_PER_KEY`` matching rows a key (declined)."""
+# Why a rebuild keeps no counts, where no key has a match yet: decided at the next run, not now.
+NOTHING_TO_COUNT = "no matching row yet"
+
+
+def _rebuilt(
+    ev: Evaluation, counted: list[Counted], schema: StructType, layout: str
+) -> tuple[_KeySets | None, str]:
+    """The counts at the pinned version, written whole; or None and why they are not kept: some input
+    averages under ``MIN_ROWS_PER_KEY`` matching rows a key, the counts would be read by Spark (a
+    remote warehouse: ``arrow.read_small`` reads local tables only; at SF 1 Q22 ran 0.89x COMPLETE so,
+    1.33x by delta-rs), or some input has no match yet (``NOTHING_TO_COUNT``: no state written)."""
+    if not warehouse.is_local(ev.scope.settings):
+        return None, "a remote warehouse, where the counts would be read by Spark"
     found = {c.index: _counts_at_new(ev, c) for c in counted}
-    if any(per_key < MIN_ROWS_PER_KEY for _, per_key in found.values()):
-        return None
+    if any(per_key is None for _, per_key in found.values()):
+        return None, NOTHING_TO_COUNT
+    if any(per_key is not None and per_key < MIN_ROWS_PER_KEY for _, per_key in found.values()):
+        return None, f"under {MIN_ROWS_PER_KEY} matching rows a key"
     counts = {i: frame for i, (frame, _) in found.items()}
     rows = reduce(DataFrame.unionByName, [_state_rows(c, counts[c.index], schema) for c in counted])
-    return _KeySets(counts, True, apply.StateWrite(rows, layout))
+    return _KeySets(counts, True, apply.StateWrite(rows, layout)), ""
 
 
 def _key_set_frames(
@@ -190,31 +213,31 @@ def _key_set_frames(
     change rows (inserted: a first match, deleted: the last one gone); and the counts each changed
     input reached (``_flips``)."""
     old, new, reads = dict(ev.frames.old), dict(ev.frames.new), dict(ev.frames.reads)
-    merged: list[tuple[Counted, DataFrame]] = []
+    flipped: list[tuple[Counted, DataFrame]] = []
     first, last = (F.col(_OLD) <= 0) & (F.col(_NEW) > 0), (F.col(_OLD) > 0) & (F.col(_NEW) <= 0)
     for c in counted:
         counts = sets.counts[c.index]
         keys = counts.select(F.col(KEY).alias(c.key))
-        old[c.table] = new[c.table] = keys  # unchanged: one key set for both versions
+        old[c.frame_name] = new[c.frame_name] = keys  # unchanged: one key set for both versions
         net = _net(ev, c)
         if net is None:
             continue
         flips = _flips(ev.scope, net, counts, at_new=sets.at_new, table=table)
         on, off = (flips.where(f).select(F.col(KEY).alias(c.key)) for f in (first, last))
         if sets.at_new:
-            old[c.table] = keys.join(on, c.key, "left_anti").unionByName(off)
+            old[c.frame_name] = keys.join(on, c.key, "left_anti").unionByName(off)
         else:
-            new[c.table] = keys.join(off, c.key, "left_anti").unionByName(on)
+            new[c.frame_name] = keys.join(off, c.key, "left_anti").unionByName(on)
         gained, lost = sums(flips, first, last)
         if gained + lost:
             changed = on.withColumn("_change_type", F.lit("insert")).unionByName(
                 off.withColumn("_change_type", F.lit("delete"))
             )
-            reads[c.table] = Changes(changed, False, gained + lost)
-        merged.append((c, flips))
+            reads[c.frame_name] = Changes(changed, False, gained + lost)
+        flipped.append((c, flips))
         ev.note(f"{c.keyed.operator} by key counts: {gained} keys gained a first match, {lost} lost the last")
-    key_sets = frozenset(c.table for c in counted)
-    return replace(ev.frames, old=old, new=new, reads=reads, key_sets=key_sets), merged
+    key_sets = frozenset(c.frame_name for c in counted)
+    return replace(ev.frames, old=old, new=new, reads=reads, key_sets=key_sets), flipped
 
 
 def _matching_keys(ev: Evaluation, c: Counted, rows: DataFrame) -> DataFrame:
@@ -241,12 +264,12 @@ def _net(ev: Evaluation, c: Counted) -> DataFrame | None:
     return net if rows else None
 
 
-def _counts_at_new(ev: Evaluation, c: Counted) -> tuple[DataFrame, float]:
+def _counts_at_new(ev: Evaluation, c: Counted) -> tuple[DataFrame, float | None]:
     """The input's matching rows counted per key at the pinned version (the rebuild), held, and how
-    many a key has on average (infinite without any)."""
+    many a key has on average (None without any)."""
     keys = _matching_keys(ev, c, ev.at(c.node, True))
     counts, found = hold_counted(ev.scope.session, keys.groupBy(KEY).agg(F.count(F.lit(1)).alias(MATCHES)))
-    return counts, sums(counts, F.col(MATCHES))[0] / found if found else float("inf")
+    return counts, sums(counts, F.col(MATCHES))[0] / found if found else None
 
 
 def _flips(scope: apply.Scope, net: DataFrame, counts: DataFrame, *, at_new: bool, table: str) -> DataFrame:
@@ -295,7 +318,7 @@ def _uncounted(tree: TreePlan) -> TreePlan:
 def _rewritten(tree: TreePlan, counted: list[Counted]) -> TreePlan:
     """``tree`` with every counted input a scan of its key sets, its block's SQL reading them. Its
     ``scans`` and ``block_sql`` stay the planned tree's (the nested tree runs from ``root``)."""
-    scans = {c.keyed.view: Scan(c.table, c.keyed.view, c.keyed.view) for c in counted}
+    scans = {c.keyed.view: Scan(c.frame_name, c.keyed.view, c.keyed.view) for c in counted}
 
     def over_key_sets(block: Block, inputs: tuple[Node, ...]) -> Block:
         inputs = tuple(scans.get(n.view, n) for n in inputs)

@@ -47,7 +47,7 @@ def tree_change(
         change = _projection(scope, tree, ev, ranges)
     else:
         change = _aggregate(scope, tree, ev, state)
-    if integrated is not None:
+    if integrated is not None and integrated.helper is not None:
         change = replace(change, helpers=(integrated.helper,))
     touched = ", ".join(f"{label(node)} {rows}" for node, rows in ev.changed_rows)
     interior = f" (interior change rows: {touched})" if touched else ""
