@@ -33,7 +33,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import DataType, IntegerType, LongType, StructField, StructType
 
 from workers import warehouse
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, TreePlan, identity
@@ -134,7 +134,8 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
     if not counted:
         return None
     store = state.beside(warehouse.key_counts_table_name(state.mv_name))
-    types = {c.index: _matching_keys(ev, c, ev.at(c.node, True)).schema[0].dataType for c in counted}
+    # The key's type as the input holds it (what the matching rows' SQL selects): no query planned.
+    types = {c.index: _key_type(ev.at(c.node, True), c.key) for c in counted}
     schema = StructType(
         [
             StructField(INPUT, IntegerType(), False),
@@ -177,6 +178,10 @@ def _declined(tree: TreePlan, ev: Evaluation, helper: apply.HelperState | None) 
     """The run of ``tree`` without its counts: its counted inputs recomputed by key."""
     uncounted = _uncounted(tree)
     return Integrated(uncounted, ev.frames, helper, uncounted.describe())
+
+
+def _key_type(rows: DataFrame, key: str) -> DataType:
+    return next(f.dataType for f in rows.schema.fields if f.name.lower() == key.lower())
 
 
 def _kept(kept: DataFrame, c: Counted) -> DataFrame:
