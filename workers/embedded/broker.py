@@ -153,11 +153,6 @@ class EmbeddedKafka:
             "group.consumer.min.heartbeat.interval.ms": "500",
             "log.cleaner.backoff.ms": "1000",
         }
-        if not self.voters:
-            # One node: its controller fences its own broker (every partition offline, "not leader")
-            # when the broker's heartbeats miss broker.session.timeout.ms (9 s), as on a machine whose
-            # cores a Spark job holds; no other broker could take over, so only a dead process should.
-            props["broker.session.timeout.ms"] = "60000"
         if self.security == "sasl_ssl":
             users = load_users(self.data_dir, self.users)
             props.update(secure_properties(self.data_dir, self.port, self.controller_port, users))
