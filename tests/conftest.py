@@ -50,7 +50,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield external
         return
     port = free_port()
-    broker = EmbeddedKafka(tmp_path_factory.mktemp("kafka"), port=port, controller_port=free_port())
+    # Tests beside it hold both cores with Spark jobs (test_scheduling's 30 s join): under Kafka's 9 s
+    # session its controller fenced its own broker (catalog partitions "not leader" for minutes, two CI
+    # runs in session 31). No test kills this broker, so a long session costs nothing.
+    broker = EmbeddedKafka(
+        tmp_path_factory.mktemp("kafka"),
+        port=port,
+        controller_port=free_port(),
+        broker_session_timeout_ms=60_000,
+    )
     with broker:
         yield broker.bootstrap_servers
 

@@ -93,6 +93,10 @@ class EmbeddedKafka:
     # The address clients reach it at (listeners and advertised listeners; plaintext only): another
     # network namespace's bridge address in the separate-hosts test.
     host: str = "127.0.0.1"
+    # How long the controller waits for a broker's heartbeat before fencing it (None: Kafka's 9 s).
+    # Longer keeps a lone broker serving while a Spark job starves its JVM of both cores, at a price:
+    # restarted after kill -9, it cannot register again until its old session has run out.
+    broker_session_timeout_ms: int | None = None
     _process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -153,6 +157,8 @@ class EmbeddedKafka:
             "group.consumer.min.heartbeat.interval.ms": "500",
             "log.cleaner.backoff.ms": "1000",
         }
+        if self.broker_session_timeout_ms is not None:
+            props["broker.session.timeout.ms"] = str(self.broker_session_timeout_ms)
         if self.security == "sasl_ssl":
             users = load_users(self.data_dir, self.users)
             props.update(secure_properties(self.data_dir, self.port, self.controller_port, users))
