@@ -23,6 +23,8 @@ from workers.ddl.fast import check_deterministic
 from workers.ddl.fast_rules import NotEligible
 from workers.ddl.plan import JoinKey
 from workers.ddl.tree.aggregate import split_aggregate
+from workers.ddl.tree.counted import Counted, counted_subquery, over_key_sets
+from workers.ddl.tree.terms import column_pair, conjuncts
 from workers.ddl.tree.union import union_node
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, Union, node_view, scan_view
 from workers.ddl.tree.window import has_window, split_window
@@ -50,23 +52,6 @@ def distinct_as_group_by(select: exp.Select) -> bool:
     keys = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
     select.set("group", exp.Group(expressions=[key.copy() for key in keys]))
     return True
-
-
-def _terms(condition: exp.Expr | None) -> list[exp.Expr]:
-    if condition is None:
-        return []
-    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
-
-
-def _pair(term: exp.Expr, mine: str, others: dict[str, str]) -> tuple[str, str, str] | None:
-    """``term`` as ``mine.c = o.x`` (either way round) with ``o`` in ``others``: (c, view of o, x)."""
-    if not isinstance(term, exp.EQ):
-        return None
-    left, right = term.this, term.expression
-    for a, b in ((left, right), (right, left)):
-        if isinstance(a, exp.Column) and isinstance(b, exp.Column) and a.table == mine and b.table in others:
-            return a.name, others[b.table], b.name
-    return None
 
 
 def _operator(select: exp.Select) -> str:
@@ -192,12 +177,12 @@ class Builder:
                 )
             alias, node = self._source(join.this)
             inputs.append(node)
-            ons = _terms(join.args.get("on"))
+            ons = conjuncts(join.args.get("on"))
             if not side:
                 linear[alias] = node.view
                 inner_ons.extend(ons)
             elif side == "LEFT":
-                pairs = [p for t in ons if (p := _pair(t, alias, linear)) is not None]
+                pairs = [p for t in ons if (p := column_pair(t, alias, linear)) is not None]
                 left_keys.extend(JoinKey(o_view, o_col, node.view, c) for c, o_view, o_col in pairs)
                 keyed.append(_keyed(node.view, "left outer join", pairs[0] if pairs else None))
             else:
@@ -216,8 +201,8 @@ class Builder:
                 window,
             )
         where = select.args.get("where")
-        where_terms = _terms(where.this if where is not None else None)
-        counted: list[_Counted] = []
+        where_terms = conjuncts(where.this if where is not None else None)
+        counted: list[Counted] = []
         for nested in list(select.walk(prune=lambda n: isinstance(n, exp.Select) and n is not select)):
             if isinstance(nested, exp.Select) and nested is not select:
                 keyed.extend(self._subquery(nested, linear, where_terms, inputs, counted))
@@ -232,7 +217,7 @@ class Builder:
             tuple(left_keys),
             lineage,
             filtered,
-            _over_key_sets(select, counted),
+            over_key_sets(select, counted),
         )
 
     def _subquery(
@@ -241,11 +226,11 @@ class Builder:
         outer: dict[str, str],
         where_terms: list[exp.Expr],
         inputs: list[Node],
-        counted: list[_Counted] | None,
+        counted: list[Counted] | None,
     ) -> list[Keyed]:
         """The inputs of the subquery ``sub`` (and of the subqueries in it), keyed to ``outer``'s
         linear inputs where an equality allows; appended to ``inputs``. A semi / anti join whose
-        input's matching rows per key are all it reads gets ``Keyed.matches`` (``_counted``), and
+        input's matching rows per key are all it reads gets ``Keyed.matches`` (``counted_subquery``), and
         how its subquery reads the key set instead is added to ``counted`` (None: a subquery of a
         subquery, keyed to it and never counted)."""
         operator = _operator(sub)
@@ -262,7 +247,7 @@ class Builder:
         own = {s.alias_or_name for s in sources}
         reachable = {a: v for a, v in outer.items() if a not in own}  # correlated columns' tables
         sub_where = sub.args.get("where")
-        terms = _terms(sub_where.this if sub_where is not None else None)
+        terms = conjuncts(sub_where.this if sub_where is not None else None)
         found: list[Keyed] = []
         aliases: list[str] = []
         for source, inner_join in zip(sources, kinds, strict=True):
@@ -271,11 +256,13 @@ class Builder:
             aliases.append(alias)
             pair = None
             if inner_join:
-                pair = next((p for t in terms if (p := _pair(t, alias, reachable)) is not None), None)
+                pair = next((p for t in terms if (p := column_pair(t, alias, reachable)) is not None), None)
                 if pair is None and operator == "semi join (IN)":
                     pair = _in_pair(sub, alias, reachable, where_terms)
             found.append(_keyed(node.view, operator, pair))
-        one = _counted(sub, operator, (aliases[0], reachable), found[0], terms) if len(found) == 1 else None
+        one = None
+        if len(found) == 1:
+            one = counted_subquery(sub, operator, (aliases[0], reachable), found[0], terms)
         if one is not None and counted is not None:
             found[0] = replace(found[0], matches=one.matches)
             counted.append(one)
@@ -283,79 +270,6 @@ class Builder:
             if isinstance(nested, exp.Select) and nested is not sub:
                 found.extend(self._subquery(nested, {}, [], inputs, None))  # keyed to sub, not the block
         return found
-
-
-# The subqueries whose input a run may keep as per-key match counts (``_counted``): NOT IN is not
-# (one NULL in its subquery rejects every row, whatever the key).
-_COUNTED_OPERATORS = frozenset({"semi join (EXISTS)", "anti join (NOT EXISTS)", "semi join (IN)"})
-_NOT_COUNTED_CLAUSES = ("group", "having", "distinct", "qualify", "limit", "offset", "order")
-
-
-@dataclass(frozen=True)
-class _Counted:
-    """A subquery whose input is read as a set of keys: its matching rows' keys (``matches``, for
-    ``Keyed.matches``), and what its WHERE and select list become over that set (``_over_key_sets``)."""
-
-    sub: exp.Select
-    matches: str
-    where: exp.Expr | None
-    expressions: list[exp.Expr] | None  # None: as written
-
-
-def _counted(
-    sub: exp.Select, operator: str, names: tuple[str, dict[str, str]], keyed: Keyed, terms: list[exp.Expr]
-) -> _Counted | None:
-    """``sub`` as a test of its one input's keys, where that is all it is: ``EXISTS (SELECT … FROM t
-    WHERE t.c = o.x AND <t's own conditions>)`` (NOT EXISTS alike), or ``o.x IN (SELECT t.c FROM t
-    WHERE <t's own conditions>)``. It then holds for an outer row exactly when some row of t passing
-    its own conditions has c = x (a NULL x matches none): the count of such rows per key is all a run
-    needs of t (``workers.jobs.fast.operators.semi_join``). None otherwise (another correlation, a
-    join, a grouping, a nested subquery: TPC-H Q21's ``l2.l_suppkey <> l1.l_suppkey``). ``names``:
-    the input's alias, and the outer tables' views by alias (``_pair``'s)."""
-    alias, reachable = names
-    if operator not in _COUNTED_OPERATORS or keyed.column is None:
-        return None
-    if any(sub.args.get(c) for c in _NOT_COUNTED_CLAUSES):
-        return None
-    in_form = operator == "semi join (IN)"
-    # EXISTS tests rows, not what they select: only as long as a row selects one (a generator makes
-    # none or more).
-    listed = (e.this if isinstance(e, exp.Alias) else e for e in sub.expressions)
-    if not in_form and not all(isinstance(e, exp.Star | exp.Column | exp.Literal) for e in listed):
-        return None
-    if any(isinstance(n, exp.Query) and n is not sub for n in sub.walk()):
-        return None
-    pair = (keyed.column, keyed.outer_view, keyed.outer_column)
-    correlation = [t for t in terms if _pair(t, alias, reachable) == pair]
-    own = [t for t in terms if all(c.table == alias for c in t.find_all(exp.Column))]
-    if len(own) + len(correlation) != len(terms) or len(correlation) != (0 if in_form else 1):
-        return None
-    source = sub.args["from_"].this  # the input's view by now
-    query = exp.select(exp.column(keyed.column, table=alias, quoted=True)).from_(source.copy())
-    if own:
-        query = query.where(exp.and_(*[t.copy() for t in own]))
-    if in_form:  # the key column it selects is the key set's
-        return _Counted(sub, query.sql(dialect=DIALECT), None, None)
-    return _Counted(sub, query.sql(dialect=DIALECT), correlation[0].copy(), [exp.Literal.number(1)])
-
-
-def _over_key_sets(select: exp.Select, counted: list[_Counted]) -> str | None:
-    """``select``'s SQL with each counted subquery reading its input as a set of keys: its own
-    conditions gone (the run binds the input's view to the keys its matching rows hold, in a column
-    named as the key: ``Block.over_key_sets``); None where no subquery is counted."""
-    if not counted:
-        return None
-    kept = [(c.sub, c.sub.args.get("where"), c.sub.expressions) for c in counted]
-    for c in counted:
-        c.sub.set("where", None if c.where is None else exp.Where(this=c.where.copy()))
-        if c.expressions is not None:
-            c.sub.set("expressions", [e.copy() for e in c.expressions])
-    try:
-        return select.sql(dialect=DIALECT)
-    finally:
-        for sub, where, expressions in kept:
-            sub.set("where", where)
-            sub.set("expressions", expressions)
 
 
 def _first_outer_join(
@@ -369,9 +283,10 @@ def _first_outer_join(
     (left_alias, left_view), (right_alias, right_view) = left, right
     if side == "RIGHT":
         linear[right_alias] = right_view
-        pair = next((p for t in ons if (p := _pair(t, left_alias, linear)) is not None), None)
+        pair = next((p for t in ons if (p := column_pair(t, left_alias, linear)) is not None), None)
         return [_keyed(left_view, "right outer join", pair)]
-    pair = next((p for t in ons if (p := _pair(t, right_alias, {left_alias: left_view})) is not None), None)
+    preserved = {left_alias: left_view}
+    pair = next((p for t in ons if (p := column_pair(t, right_alias, preserved)) is not None), None)
     if pair is None:
         return [Keyed(left_view, "full outer join"), Keyed(right_view, "full outer join")]
     column, _, left_column = pair

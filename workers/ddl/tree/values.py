@@ -68,7 +68,8 @@ class Keyed:
     # container leave ~1 in 1,000 of the parts a lineitem change reaches).
     outer_keys: str | None = None
     # ``SELECT <column> FROM <view> WHERE <the subquery's own conditions>``: an EXISTS / NOT EXISTS /
-    # IN whose input's rows matter only by how many per key match (``nodes._counted``; None: not so).
+    # IN whose input's rows matter only by how many per key match (``counted.counted_subquery``;
+    # None: not so).
     # A run keeps those counts as helper state and reads the input as the set of keys with one or
     # more (``Block.over_key_sets``), not the input (``workers.jobs.fast.operators.semi_join``).
     matches: str | None = None
