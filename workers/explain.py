@@ -22,6 +22,8 @@ from workers.config import Settings
 from workers.ddl import DdlSyntaxError, FastRefreshPlan, parse_statement
 from workers.ddl.analysis import analyze_mv_query
 from workers.ddl.query import QueryInfo
+from workers.ddl.tree.counted import MIN_ROWS_PER_KEY
+from workers.ddl.tree.values import Scan, label, tree_from_json
 
 # The incremental rule of each FAST plan kind, "operator: rule" (the code: ``workers.jobs.fast.kinds``).
 RULES: dict[str, str] = {
@@ -85,6 +87,7 @@ class ExplainJson(TypedDict):
     base_tables: list[BaseTableJson]
     mv_logs_needed: list[str]
     helper_state: HelperStateJson | None
+    key_counts: HelperStateJson | None  # its semi / anti joins' matching rows per key
 
 
 def explain(settings: Settings, statement: str) -> ExplainJson:
@@ -130,6 +133,7 @@ def _explained(
         "base_tables": bases,
         "mv_logs_needed": [b["table"] for b in bases if not b["mv_log"]] if plan is not None else [],
         "helper_state": _helper_state(settings, name, plan) if plan is not None else None,
+        "key_counts": _key_counts(name, plan) if plan is not None else None,
     }
 
 
@@ -150,6 +154,7 @@ def _refused(
         "base_tables": [],
         "mv_logs_needed": [],
         "helper_state": None,
+        "key_counts": None,
     }
 
 
@@ -183,9 +188,8 @@ def _plan_json(plan: FastRefreshPlan) -> PlanJson:
     ]
     aggregates = [f"{a.function}({a.argument or a.column or '*'}) AS {a.name}" for a in plan.aggregates]
     rules = [RULES.get(plan.kind, f"{plan.kind}: incremental")]
-    tree = getattr(plan, "tree", None)  # an operator-tree plan describes itself, one line per operator
-    if tree is not None and hasattr(tree, "describe"):
-        rules = [str(line) for line in tree.describe()]
+    if plan.tree is not None:  # an operator tree describes itself, one line per operator
+        rules = tree_from_json(plan.tree).describe()
     return {
         "kind": plan.kind,
         "base_tables": list(plan.base_tables),
@@ -217,6 +221,25 @@ def _helper_state(settings: Settings, name: str, plan: FastRefreshPlan) -> Helpe
         elif a.function == "SUM" and a.argument is None and a.column in floating:
             why.append(f"{a.name}: SUM of floating-point {a.column} keeps its exact sum")
     return {"table": warehouse.state_table_name(name), "why": why} if why else None
+
+
+def _key_counts(name: str, plan: FastRefreshPlan) -> HelperStateJson | None:
+    """The key counts an MV with counted semi / anti joins keeps (``TreePlan.counted_inputs``)."""
+    if plan.top_n is not None:
+        return _key_counts(warehouse.top_n_table_name(name), plan.top_n.inner)
+    counted = tree_from_json(plan.tree).counted_inputs() if plan.tree is not None else []
+    if not counted:
+        return None
+    why = [
+        f"{keyed.operator} on {node.table if isinstance(node, Scan) else label(node)}: its matching "
+        f"rows counted per {keyed.column}"
+        for keyed, node in counted
+    ]
+    why.append(
+        f"kept from the first FAST run where they average {MIN_ROWS_PER_KEY} or more rows a key in "
+        "a local warehouse; else declined, and runs recompute the rows the change reaches by key"
+    )
+    return {"table": warehouse.key_counts_table_name(name), "why": why}
 
 
 def _floating_columns(settings: Settings, tables: tuple[str, ...]) -> set[str]:
@@ -269,4 +292,7 @@ def explain_text(answer: ExplainJson) -> str:
     helper = answer["helper_state"]
     kept = f"{helper['table']} ({'; '.join(helper['why'])})" if helper is not None else "none"
     lines.append(f"helper state: {kept}")
+    counts = answer["key_counts"]
+    if counts is not None:
+        lines.append(f"key counts: {counts['table']} ({'; '.join(counts['why'])})")
     return "\n".join(lines)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -21,7 +19,7 @@ from workers.api.app import create_app
 from workers.cli import command_line as cli
 from workers.config import Settings
 from workers.ddl import DdlSyntaxError, parse_statement
-from workers.explain import RULES, _plan_json, explain, explain_text
+from workers.explain import RULES, explain, explain_text
 
 TABLES = {
     "sales": {"id": pa.int64(), "region": pa.string(), "amount": pa.int64(), "price": pa.float64()},
@@ -156,12 +154,35 @@ def test_a_statement_that_would_be_refused_says_so(settings: Settings, statement
     assert explain_text(answer).startswith(("REFUSED", "materialized view"))
 
 
-def test_an_operator_tree_plan_prints_its_operators_rules() -> None:
-    tree = SimpleNamespace(describe=lambda: ["join: Δ(A ⋈ B) rule", "aggregate: per-group deltas"])
-    plan: Any = SimpleNamespace(
-        kind="tree", base_tables=("a", "b"), group_by=(), join_keys=(), aggregates=(), where=None, tree=tree
+def test_an_operator_tree_prints_its_operators_rules_and_names_its_key_counts(settings: Settings) -> None:
+    for table in ("customers", "orders"):
+        with_mv_log(settings, table)
+    answer = explain(
+        settings,
+        "CREATE MATERIALIZED VIEW buyers AS SELECT segment, COUNT(*) AS n FROM customers WHERE EXISTS "
+        "(SELECT * FROM orders WHERE customer_id = cid AND amount > 0) GROUP BY segment",
     )
-    assert _plan_json(plan)["rules"] == ["join: Δ(A ⋈ B) rule", "aggregate: per-group deltas"]
+    plan = answer["plan"]
+    assert answer["fast"] and plan is not None and plan["kind"] == "tree"
+    assert plan["rules"][0] == "scan customers AS customers: MV-log change rows"
+    assert any(
+        r.startswith("semi join (EXISTS): matching rows counted per customer_id") for r in plan["rules"]
+    )
+    assert plan["rules"][-1].startswith("aggregate (top)")
+    counts = answer["key_counts"]
+    assert counts is not None and counts["table"] == "buyers__mvkeys"
+    assert counts["why"][0] == "semi join (EXISTS) on orders: its matching rows counted per customer_id"
+    text = explain_text(answer)
+    assert (
+        "rule: semi join (EXISTS): matching rows counted" in text and "key counts: buyers__mvkeys (" in text
+    )
+    # A subquery that is more than its keys (a second correlation) is recomputed by key: no counts.
+    other = explain(
+        settings,
+        "CREATE MATERIALIZED VIEW others AS SELECT cid FROM customers c WHERE EXISTS "
+        "(SELECT * FROM orders o WHERE o.customer_id = c.cid AND o.amount > c.cid)",
+    )
+    assert other["fast"] and other["key_counts"] is None and "key counts" not in explain_text(other)
 
 
 def test_mvs_explain_and_post_explain_answer_alike(

@@ -200,6 +200,31 @@ class TreePlan:
         """Every operator is linear (no keyed input, no interior aggregate): appends only append."""
         return all(isinstance(n, Scan) for n in self.block.inputs) and not self.block.keyed
 
+    def counted_inputs(self) -> list[tuple[Keyed, Node]]:
+        """Every counted input (``Keyed.matches``) of the tree's blocks and its node, leaves first
+        (the numbering of their key counts); not those inside a counted input (its key sets stand
+        for the whole subtree), nor those of a block without ``over_key_sets``."""
+        found: list[tuple[Keyed, Node]] = []
+
+        def walk(node: Node) -> None:
+            if isinstance(node, Aggregate):
+                walk(node.input)
+                return
+            if isinstance(node, Scan):
+                return
+            counted: list[Keyed] = []
+            if isinstance(node, Block) and node.over_key_sets is not None:
+                counted = [k for k in node.keyed if k.matches is not None]
+            views = {k.view for k in counted}
+            for n in node.inputs:
+                if n.view not in views:
+                    walk(n)
+            inputs = {n.view: n for n in node.inputs}
+            found.extend((k, inputs[k.view]) for k in counted)
+
+        walk(self.block)
+        return found
+
     def describe(self) -> list[str]:
         """One line per operator, "operator: rule", from the leaves up (for run messages, EXPLAIN)."""
         lines = _describe(self.block, set())

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StructField, StructType
 
 from workers import warehouse
+from workers.ddl.tree.counted import MIN_ROWS_PER_KEY
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, TreePlan, identity
 from workers.jobs.changes.reads import Changes
 from workers.jobs.fast import apply
@@ -47,12 +48,6 @@ from workers.jobs.spark.columns import q
 from workers.jobs.spark.held import hold_counted, sums
 
 INPUT, MATCHES = "input", "matches"
-# The fewest matching rows a key of every counted input must average for its counts to be kept. A run
-# reads the kept counts whole and rewrites their files, where the keyed recompute reads the input at
-# the keys reached: the counts pay where they are many times fewer rows. TPC-H SF 1, 3 rounds: Q22's
-# orders by customer (~15 a key) 837 ms a run counted, 1,111 recomputed; Q4's late lineitems by order
-# (~2.8 a key, and every change flips its keys) 3.9-4.4 s counted, 1.9 s recomputed.
-MIN_ROWS_PER_KEY = 8
 _NET, _OLD, _NEW = "__mvs_net", "__mvs_old", "__mvs_new"
 
 
@@ -82,28 +77,9 @@ class Counted:
 
 
 def counted_inputs(tree: TreePlan) -> list[Counted]:
-    """Every counted input of ``tree``'s blocks, leaves first (one numbering for state and frames);
-    not those inside a counted input (its key sets stand for the whole subtree)."""
-    found: list[tuple[Keyed, Node]] = []
-
-    def walk(node: Node) -> None:
-        if isinstance(node, Aggregate):
-            walk(node.input)
-            return
-        if isinstance(node, Scan):
-            return
-        counted = [k for k in node.keyed if k.matches is not None] if isinstance(node, Block) else []
-        if isinstance(node, Block) and node.over_key_sets is None:
-            counted = []
-        views = {k.view for k in counted}
-        for n in node.inputs:
-            if n.view not in views:
-                walk(n)
-        inputs = {n.view: n for n in node.inputs}
-        found.extend((k, inputs[k.view]) for k in counted)
-
-    walk(tree.block)
-    return [Counted(i, k, n) for i, (k, n) in enumerate(found)]
+    """Every counted input of ``tree``'s blocks, numbered leaves first (``TreePlan.counted_inputs``:
+    one numbering for state and frames)."""
+    return [Counted(i, k, n) for i, (k, n) in enumerate(tree.counted_inputs())]
 
 
 @dataclass(frozen=True)
