@@ -178,7 +178,7 @@ def _runs(mode: str, fast: bool) -> str:
 
 
 def _plan_json(plan: FastRefreshPlan) -> PlanJson:
-    top_n = getattr(plan, "top_n", None)
+    top_n = plan.top_n
     if top_n is not None:  # the inner plan, and the top-N's rule before its own
         inner = _plan_json(top_n.inner)
         top = f"{RULES['top_n']} (ORDER BY {top_n.order_by} LIMIT {top_n.limit})"
@@ -236,8 +236,9 @@ def _key_counts(name: str, plan: FastRefreshPlan) -> HelperStateJson | None:
         for keyed, node in counted
     ]
     why.append(
-        f"kept from the first FAST run where they average {MIN_ROWS_PER_KEY} or more rows a key in "
-        "a local warehouse; else declined, and runs recompute the rows the change reaches by key"
+        "counted by the first FAST run that finds a matching row (again after a complete refresh) and "
+        f"kept where they average {MIN_ROWS_PER_KEY} or more rows a key in a local warehouse; else "
+        "declined until the query changes: runs recompute the rows the change reaches by key"
     )
     return {"table": warehouse.key_counts_table_name(name), "why": why}
 

@@ -16,10 +16,10 @@ from workers.ddl.tree.values import Keyed
 
 # The fewest matching rows a key of every counted input must average for its counts to be kept. A run
 # reads the kept counts whole and rewrites their files, where the keyed recompute reads the input at
-# the keys reached: the counts pay where they are many times fewer rows (``semi_join._rebuilt``
-# decides, at the first FAST run). TPC-H SF 1, 3 rounds: Q22's
-# orders by customer (~15 a key) 837 ms a run counted, 1,111 recomputed; Q4's late lineitems by order
-# (~2.8 a key, and every change flips its keys) 3.9-4.4 s counted, 1.9 s recomputed.
+# the keys reached: the counts pay where they are many times fewer rows (``semi_join._rebuilt`` decides,
+# when a FAST run first counts a matching row). TPC-H SF 1, 3 rounds: Q22's orders by customer (~15 a
+# key) 837 ms a run counted, 1,111 recomputed; Q4's late lineitems by order (~2.8 a key, and every
+# change flips its keys) 3.9-4.4 s counted, 1.9 s recomputed.
 MIN_ROWS_PER_KEY = 8
 
 # The subqueries whose input a run may keep as per-key match counts (``counted_subquery``): NOT IN is not
