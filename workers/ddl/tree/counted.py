@@ -29,7 +29,7 @@ _NOT_COUNTED_CLAUSES = ("group", "having", "distinct", "qualify", "limit", "offs
 
 
 @dataclass(frozen=True)
-class Counted:
+class CountedSubquery:
     """A subquery whose input is read as a set of keys: its matching rows' keys (``matches``, for
     ``Keyed.matches``), and what its WHERE and select list become over that set (``over_key_sets``)."""
 
@@ -41,7 +41,7 @@ class Counted:
 
 def counted_subquery(
     sub: exp.Select, operator: str, names: tuple[str, dict[str, str]], keyed: Keyed, terms: list[exp.Expr]
-) -> Counted | None:
+) -> CountedSubquery | None:
     """``sub`` as a test of its one input's keys, where that is all it is: ``EXISTS (SELECT … FROM t
     WHERE t.c = o.x AND <t's own conditions>)`` (NOT EXISTS alike), or ``o.x IN (SELECT t.c FROM t
     WHERE <t's own conditions>)``. It then holds for an outer row exactly when some row of t passing
@@ -72,11 +72,11 @@ def counted_subquery(
     if own:
         query = query.where(exp.and_(*[t.copy() for t in own]))
     if in_form:  # the key column it selects is the key set's
-        return Counted(sub, query.sql(dialect=DIALECT), None, None)
-    return Counted(sub, query.sql(dialect=DIALECT), correlation[0].copy(), [exp.Literal.number(1)])
+        return CountedSubquery(sub, query.sql(dialect=DIALECT), None, None)
+    return CountedSubquery(sub, query.sql(dialect=DIALECT), correlation[0].copy(), [exp.Literal.number(1)])
 
 
-def over_key_sets(select: exp.Select, counted: list[Counted]) -> str | None:
+def over_key_sets(select: exp.Select, counted: list[CountedSubquery]) -> str | None:
     """``select``'s SQL with each counted subquery reading its input as a set of keys: its own
     conditions gone (the run binds the input's view to the keys its matching rows hold, in a column
     named as the key: ``Block.over_key_sets``); None where no subquery is counted."""

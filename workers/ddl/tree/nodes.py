@@ -23,7 +23,7 @@ from workers.ddl.fast import check_deterministic
 from workers.ddl.fast_rules import NotEligible
 from workers.ddl.plan import JoinKey
 from workers.ddl.tree.aggregate import split_aggregate
-from workers.ddl.tree.counted import Counted, counted_subquery, over_key_sets
+from workers.ddl.tree.counted import CountedSubquery, counted_subquery, over_key_sets
 from workers.ddl.tree.terms import column_pair, conjuncts
 from workers.ddl.tree.union import union_node
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, Union, node_view, scan_view
@@ -202,7 +202,7 @@ class Builder:
             )
         where = select.args.get("where")
         where_terms = conjuncts(where.this if where is not None else None)
-        counted: list[Counted] = []
+        counted: list[CountedSubquery] = []
         for nested in list(select.walk(prune=lambda n: isinstance(n, exp.Select) and n is not select)):
             if isinstance(nested, exp.Select) and nested is not select:
                 keyed.extend(self._subquery(nested, linear, where_terms, inputs, counted))
@@ -226,7 +226,7 @@ class Builder:
         outer: dict[str, str],
         where_terms: list[exp.Expr],
         inputs: list[Node],
-        counted: list[Counted] | None,
+        counted: list[CountedSubquery] | None,
     ) -> list[Keyed]:
         """The inputs of the subquery ``sub`` (and of the subqueries in it), keyed to ``outer``'s
         linear inputs where an equality allows; appended to ``inputs``. A semi / anti join whose
