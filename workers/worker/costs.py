@@ -226,7 +226,11 @@ class CostModel:
         down as steady: FORCE recomputed at 2.2-3.6 s where FAST took 1.3-1.8. A rebuild that
         replaced the change (a top-N's rows table recomputed) leaves the steady cost as it was,
         age included (Q21's would have learnt 0.7 s from the rest of such a run, against 6 s): the
-        next run probes FAST steady. A run of one technique ages the other's figure (``idle``)."""
+        next run probes FAST steady. FAST's first run teaches a figure that counts as a prior
+        (``runs`` 0), as the first build's does for COMPLETE: it compiles the code of each of its
+        plans, which later runs take from the code cache (TPC-H SF 1 q19, session 30: 1.3 s, then
+        0.74-0.87 s steady); the next FAST run replaces it. A run of one technique ages the other's
+        figure (``idle``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
@@ -241,6 +245,8 @@ class CostModel:
             return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
         steady = aged.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
+        if aged.fast is None:  # the first run compiles its plans' code: a prior, which the next replaces
+            steady = replace(steady, runs=0)
         fast = aged.fast if rebuilt.instead else steady
         read_rows = rows_handled(REBUILD, size)
         if not after_complete or read_rows is None:

@@ -58,8 +58,11 @@ def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
     after REPROBE_AFTER_RUNS runs, within PROBE_FACTOR; its age rides in the MV commit's costs."""
     shape, change = PlanShape("projection", ("t",)), size(10, 1_000_000)
     model = CostModel(complete=TechniqueCost(0.0, 0.001, 1))  # COMPLETE est. 1.0 s
-    # FAST measured at 1.5 s after the build (no state rebuilt): dearer, within 2x.
+    # FAST measured at 1.5 s after the build (no state rebuilt), and again by the probe of its first
+    # run's figure: dearer, within 2x.
     model = model.learned(FAST, change, 1500.0, shape, after_complete=True)
+    assert plan_run("FORCE", None, change, model, shape).reason.startswith("fast: probe: FAST measured only")
+    model = model.learned(FAST, change, 1500.0, shape)
     assert model.fast is not None and model.fast.fixed_ms == pytest.approx(1500.0 - 0.2)
     for run in range(REPROBE_AFTER_RUNS):
         planned = plan_run("FORCE", None, change, model, shape)
@@ -90,6 +93,36 @@ def test_fast_left_for_complete_is_probed_again_after_a_while() -> None:
     assert plan_run("FORCE", None, change, far, shape).choice == COMPLETE
 
 
+def test_fast_measured_only_by_its_first_run_is_probed_again_once_complete_is_measured() -> None:
+    """TPC-H SF 1 q19 (session 30): FAST's first run took 1.3 s (it compiles its plans' code), a
+    recompute 0.99 s, and FORCE recomputed from then on where steady FAST took 0.74-0.87 s. The first
+    run's figure counts as a prior: FAST runs once more, and that run's figure replaces it."""
+    shape, change = PlanShape("aggregate", ("lineitem", "part")), size(12_000, 7_000_000)
+    build = ChangeSize(None, None, TableSize(7_000_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 1500.0, shape)  # the build: a prior
+    first = plan_run("FORCE", None, change, model, shape)
+    assert first.choice == FAST  # its prior (1.3 s) is the cheaper
+    model = model.learned(FAST, change, 1300.0, shape, after_complete=True)
+    assert model.fast is not None and model.fast.runs == 0
+    # COMPLETE, known only from the build, is measured first (its probe); not FAST again yet.
+    recompute = plan_run("FORCE", None, change, model, shape)
+    assert recompute.choice == COMPLETE and recompute.reason.startswith("complete: probe: known only")
+    model = model.learned(COMPLETE, change, 990.0, shape)
+    again = plan_run("FORCE", None, change, model, shape, after_complete=True)
+    assert again.choice == FAST
+    assert again.reason.startswith("fast: probe: FAST measured only by its first run; FAST est. 1.3 s")
+    steady = model.learned(FAST, change, 800.0, shape, after_complete=True)
+    assert steady.fast is not None and steady.fast.runs == 1
+    assert steady.estimate_ms(FAST, change, shape) == pytest.approx(800.0)  # the first run's replaced
+    assert plan_run("FORCE", None, change, steady, shape).reason.startswith("fast: cost:")
+    # Measured as dear again: COMPLETE by cost from then on, no probe of FAST till REPROBE_AFTER_RUNS.
+    dear = model.learned(FAST, change, 1300.0, shape, after_complete=True)
+    assert plan_run("FORCE", None, change, dear, shape).reason.startswith("complete: cost:")
+    # Far past PROBE_FACTOR, the first run's figure is not tried again either.
+    far = replace(model, fast=TechniqueCost(2500.0, 0.0, 0))
+    assert plan_run("FORCE", None, change, far, shape).reason.startswith("complete: cost:")
+
+
 def test_complete_known_only_from_the_build_is_probed_once_fast_is_measured() -> None:
     """TPC-H SF 1 q20 (session 27): the build took 1.8 s (it also makes the table), FAST 1.6 s, a
     recompute 0.86 s; FORCE ran FAST for good. The build's figure counts as a prior: COMPLETE runs
@@ -106,6 +139,9 @@ def test_complete_known_only_from_the_build_is_probed_once_fast_is_measured() ->
     model = model.learned(COMPLETE, change, 860.0, shape)
     assert model.complete is not None and model.complete.runs == 1
     assert model.estimate_ms(COMPLETE, change, shape) == pytest.approx(860.0)  # the build's replaced
+    # FAST's figure came from its first run alone: measured once more (as dear), then COMPLETE.
+    assert plan_run("FORCE", None, change, model, shape).reason.startswith("fast: probe: FAST measured only")
+    model = model.learned(FAST, change, 1600.0, shape, after_complete=True)
     settled = plan_run("FORCE", None, change, model, shape)
     assert settled.choice == COMPLETE and settled.reason.startswith("complete: cost:")
     # A recompute dearer than FAST's figure sends FORCE back to FAST, for good.
@@ -184,7 +220,10 @@ def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
     change = size(15_000, 8_600_000)
     model = CostModel(complete=TechniqueCost(0.0, 3100.0 / 8_600_000, 1))  # COMPLETE est. 3.1 s
     guessed = model.learned(FAST, change, 4300.0, shape, after_complete=True)  # as if none rebuilt
-    assert plan_run("FORCE", None, change, guessed, shape).choice == COMPLETE  # the trap
+    assert guessed.fast is not None
+    # The trap, with that figure counted as a steady run (a first run's is now probed once more).
+    trap = replace(guessed, fast=replace(guessed.fast, runs=1))
+    assert plan_run("FORCE", None, change, trap, shape).choice == COMPLETE
     taught = model.learned(FAST, change, 4300.0, shape, after_complete=True, rebuilt=Rebuilt(2600.0))
     assert taught.estimate_ms(FAST, change, shape) == pytest.approx(1700.0)
     assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2600.0)
@@ -193,7 +232,7 @@ def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
     # Not right after a complete run, a rebuild (its state lost, or a top-N's second one) teaches
     # FAST only the rest, and REBUILD nothing: it prices the first FAST run after a complete one.
     lost = taught.learned(FAST, change, 4000.0, shape, rebuilt=Rebuilt(2500.0))
-    assert lost.estimate_ms(FAST, change, shape) == pytest.approx(0.5 * 1700.0 + 0.5 * 1500.0)
+    assert lost.estimate_ms(FAST, change, shape) == pytest.approx(1500.0)  # replaces the first run's
     assert lost.rebuild == taught.rebuild
     # A rebuild that replaced the change (a top-N's rows table recomputed, TPC-H Q21: 0.7 s left of a
     # 4.4 s run, where steady FAST takes 6 s): REBUILD learns, the steady cost does not.
