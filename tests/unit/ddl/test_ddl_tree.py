@@ -7,6 +7,7 @@ import pytest
 import sqlglot
 
 from bench.tpch.queries import load_queries
+from tests.support.trees import columns, nested_of, tpch_columns, tree_of
 from workers.ddl import analyze_query
 from workers.ddl.dialect import DIALECT
 from workers.ddl.output_names import spark_name
@@ -16,42 +17,11 @@ from workers.ddl.tree.values import (
     Aggregate,
     Block,
     Keyed,
-    TreePlan,
     Union,
     identity,
     tree_from_json,
     tree_json,
 )
-
-TPCH_COLUMNS = {
-    "lineitem": "l_orderkey l_partkey l_suppkey l_linenumber l_quantity l_extendedprice l_discount l_tax "
-    "l_returnflag l_linestatus l_shipdate l_commitdate l_receiptdate l_shipinstruct l_shipmode l_comment",
-    "orders": "o_orderkey o_custkey o_orderstatus o_totalprice o_orderdate o_orderpriority o_clerk "
-    "o_shippriority o_comment",
-    "customer": "c_custkey c_name c_address c_nationkey c_phone c_acctbal c_mktsegment c_comment",
-    "part": "p_partkey p_name p_mfgr p_brand p_type p_size p_container p_retailprice p_comment",
-    "supplier": "s_suppkey s_name s_address s_nationkey s_phone s_acctbal s_comment",
-    "partsupp": "ps_partkey ps_suppkey ps_availqty ps_supplycost ps_comment",
-    "nation": "n_nationkey n_name n_regionkey n_comment",
-    "region": "r_regionkey r_name r_comment",
-}
-COLUMNS = {"t": ("k", "g", "v"), "u": ("k", "w")}
-
-
-def tpch_columns(table: str) -> tuple[str, ...] | None:
-    found = TPCH_COLUMNS.get(table)
-    return None if found is None else tuple(found.split())
-
-
-def columns(table: str) -> tuple[str, ...] | None:
-    return COLUMNS.get(table)
-
-
-def tree_of(sql: str) -> TreePlan:
-    info = analyze_query(sql, columns_of=columns)
-    assert info.fast_refresh is not None, info.fast_reason
-    assert info.fast_refresh.kind == "tree" and info.fast_refresh.tree is not None
-    return tree_from_json(info.fast_refresh.tree)
 
 
 def test_tpch_q7_is_a_self_join_of_nation_under_an_aggregate_by_year() -> None:
@@ -210,12 +180,6 @@ def test_without_the_tables_columns_the_shape_planners_reason_stands() -> None:
     assert ambiguous.fast_reason.startswith("column k is ambiguous")
 
 
-def nested_of(sql: str) -> Block:
-    tree = tree_of(sql)
-    assert tree.root is not None, "a nested tree keeps its root block"
-    return tree.root
-
-
 def test_exists_and_not_exists_are_keyed_inputs_by_their_correlation() -> None:
     root = nested_of(
         "SELECT t.g, COUNT(*) AS n FROM t WHERE EXISTS (SELECT * FROM u WHERE u.k = t.k AND u.w <> t.v) "
@@ -228,59 +192,6 @@ def test_exists_and_not_exists_are_keyed_inputs_by_their_correlation() -> None:
         Keyed("__mvs_scan2", "anti join (NOT EXISTS)", "w", "__mvs_scan0", "v", matches=counted),
     )
     assert "EXISTS(SELECT" in root.sql and "FROM __mvs_scan1 AS `u`" in root.sql  # Spark evaluates them
-
-
-def test_a_semi_or_anti_join_on_one_key_and_its_own_conditions_is_counted_by_key() -> None:
-    sql = (
-        "SELECT t.g, COUNT(*) AS n FROM t WHERE t.v > 1 AND EXISTS (SELECT * FROM u WHERE u.k = t.k "
-        "AND u.w > 2 AND u.w < 9) AND t.g IN (SELECT u2.w FROM u u2 WHERE u2.k IS NOT NULL) "
-        "AND NOT EXISTS (SELECT 1 FROM u u3 WHERE u3.k = t.g AND u3.w = t.v) GROUP BY t.g"
-    )
-    root = nested_of(sql)
-    views = {s.alias: s.view for s in tree_of(sql).scans}
-    matches = {k.view: k.matches for k in root.keyed}
-    assert matches == {
-        views["u"]: f"SELECT `u`.`k` FROM {views['u']} AS `u` WHERE `u`.`w` > 2 AND `u`.`w` < 9",
-        views["u2"]: f"SELECT `u2`.`w` FROM {views['u2']} AS `u2` WHERE NOT `u2`.`k` IS NULL",
-        views["u3"]: None,  # a second correlation: its rows matter by more than their key
-    }
-    # Over key sets: the counted subqueries lose their own conditions, the others keep theirs.
-    assert root.over_key_sets is not None
-    assert f"EXISTS(SELECT 1 FROM {views['u']} AS `u` WHERE `u`.`k` = `t`.`k`)" in root.over_key_sets
-    assert f"IN (SELECT `u2`.`w` AS `w` FROM {views['u2']} AS `u2`)" in root.over_key_sets
-    assert "`u3`.`w` = `t`.`v`" in root.over_key_sets and "`u`.`w` > 2" in root.sql
-    back = tree_from_json(tree_json(tree_of(sql)))
-    assert back.root == root
-    assert any("matching rows counted per k" in line for line in tree_of(sql).describe())
-    # EXISTS over what its rows select: a generator makes none from some rows (not a match).
-    sql = (
-        "SELECT t.g FROM t WHERE NOT EXISTS (SELECT explode(array(u.w)) FROM u WHERE u.k = t.v) "
-        "AND EXISTS (SELECT u2.w AS x, 1 FROM u u2 WHERE u2.k = t.k)"
-    )
-    aliases = {s.view: s.alias for s in tree_of(sql).scans}
-    counted = {aliases[k.view]: k.matches is not None for k in nested_of(sql).keyed}
-    assert counted == {"u": False, "u2": True}
-
-
-@pytest.mark.parametrize(
-    ("name", "counted"), [("q04", ["lineitem"]), ("q22", ["orders"]), ("q16", []), ("q20", [])]
-)
-def test_tpch_semi_and_anti_joins_counted_by_key(name: str, counted: list[str]) -> None:
-    info = analyze_query(load_queries()[name], columns_of=tpch_columns)
-    assert info.fast_refresh is not None and info.fast_refresh.tree is not None, info.fast_reason
-    tree = tree_from_json(info.fast_refresh.tree)
-    tables = {s.view: s.table for s in tree.scans}
-    found: list[str] = []
-
-    def walk(node: object) -> None:
-        for child in getattr(node, "inputs", ()):
-            walk(child)
-        if isinstance(node, Aggregate):
-            walk(node.input)
-        found.extend(tables[k.view] for k in getattr(node, "keyed", ()) if k.matches is not None)
-
-    walk(tree.root)
-    assert found == counted
 
 
 def test_in_is_keyed_by_its_pair_and_not_in_only_by_a_correlation() -> None:
