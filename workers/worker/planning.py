@@ -9,7 +9,10 @@ recomputed whatever the estimates say. The first FAST run after a complete one r
 helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
 runs when choosing (the steady runs after it pay it back). FAST never run for the MV is tried once
 when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
-left at once, a wrong COMPLETE would never be; so is FAST left for COMPLETE ``REPROBE_AFTER_RUNS``
+left at once, a wrong COMPLETE would never be; so is FAST whose one run rebuilt its state instead of
+applying the change (a top-N's rows table recomputed: it teaches the steady cost nothing), when
+not right after a complete run (TPC-H SF 1 q03 recomputed at 2.7-3.0 s for good, its FAST est. its
+prior plus that rebuild, where steady FAST took 2.5 s); so is FAST left for COMPLETE ``REPROBE_AFTER_RUNS``
 runs ago (its one figure may be an outlier, or stale), and FAST measured only by its first run (which
 compiles its plans' code: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s) once a recompute has measured
 COMPLETE. The same holds the other way: COMPLETE known
@@ -160,6 +163,9 @@ def plan_run(
         if counted_ms <= PROBE_FACTOR * complete_ms:
             if model.fast is None and model.rebuild is None:
                 return planned(FAST, f"fast: probe: FAST never run for this MV; {versus}")
+            if model.fast is None and not after_complete:  # not right after a complete run: it rebuilds
+                why = "its one run rebuilt the state instead of applying the change"
+                return planned(FAST, f"fast: probe: FAST never measured steady ({why}); {versus}")
             known = model.complete
             if model.fast is not None and model.fast.runs == 0 and known is not None and known.runs > 0:
                 return planned(FAST, f"fast: probe: FAST measured only by its first run; {versus}")

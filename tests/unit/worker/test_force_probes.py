@@ -258,3 +258,24 @@ def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_with
     assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2000.0)
     runner._learn("mv:a", Outcome(COMPLETE, change, 900.0, False, None), shape)  # noqa: SLF001
     assert runner.cost_model("mv:a").estimate_ms(COMPLETE, change, shape) == pytest.approx(900.0)
+
+
+def test_fast_whose_one_run_rebuilt_instead_is_probed_steady_when_not_right_after_a_complete_run() -> None:
+    """TPC-H SF 1 q03 (a top-N, session 33, 8 rounds): its first FAST run recomputed the rows table
+    instead of applying the change (3.4 s), which teaches the steady cost nothing; FORCE then compared
+    FAST's prior (4.0 s) with the build's COMPLETE (3.9 s), recomputed, and from then on charged FAST
+    that rebuild too: COMPLETE at 2.7-3.0 s for good, where steady FAST took 2.5 s. FAST is run once
+    more, steady, while no complete run lies between."""
+    shape = PlanShape("top_n", ("customer", "orders", "lineitem"), top_n=True)
+    change = size(15_000, 8_600_000)
+    build = ChangeSize(None, None, TableSize(8_600_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 3500.0, shape)  # under FAST's prior (3.7 s here)
+    model = model.learned(FAST, change, 5000.0, shape, True, Rebuilt(3400.0, instead=True))
+    assert model.fast is None and model.rebuild is not None
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == FAST
+    assert probe.reason.startswith("fast: probe: FAST never measured steady")
+    # Right after a complete run the FAST run would rebuild instead again: no probe then.
+    assert plan_run("FORCE", None, change, model, shape, after_complete=True).choice == COMPLETE
+    steady = model.learned(FAST, change, 2500.0, shape)
+    assert plan_run("FORCE", None, change, steady, shape).reason.startswith("fast: cost:")
