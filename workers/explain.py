@@ -87,7 +87,7 @@ class ExplainJson(TypedDict):
     base_tables: list[BaseTableJson]
     mv_logs_needed: list[str]
     helper_state: HelperStateJson | None
-    key_counts: HelperStateJson | None  # its semi / anti joins' matching rows per key
+    key_counts: HelperStateJson | None  # its semi / anti joins' (and COUNTed LEFT JOINs') rows per key
 
 
 def explain(settings: Settings, statement: str) -> ExplainJson:
@@ -224,7 +224,8 @@ def _helper_state(settings: Settings, name: str, plan: FastRefreshPlan) -> Helpe
 
 
 def _key_counts(name: str, plan: FastRefreshPlan) -> HelperStateJson | None:
-    """The key counts an MV with counted semi / anti joins keeps (``TreePlan.counted_inputs``)."""
+    """The key counts an MV with counted semi / anti joins or LEFT JOINs keeps
+    (``TreePlan.counted_inputs``)."""
     if plan.top_n is not None:
         return _key_counts(warehouse.top_n_table_name(name), plan.top_n.inner)
     counted = tree_from_json(plan.tree).counted_inputs() if plan.tree is not None else []

@@ -1,15 +1,15 @@
-"""Semi and anti joins kept by per-key match counts (``workers.jobs.fast.operators.semi_join``) are
-proven equal to recomputation.
+"""Semi and anti joins and LEFT JOINs kept by per-key match counts
+(``workers.jobs.fast.operators.semi_join``) are proven equal to recomputation.
 
 EXISTS / NOT EXISTS correlated by one key equality with conditions on the subquery's own rows (TPC-H
 Q4's, Q22's forms), and IN over a subquery with its own condition, under an aggregate and as the
-MV's rows, over three bases that all change (``FLIPPING``: keys gaining their first match and losing
-their last in steady runs, NULL keys, duplicates, a key moved, several commits between refreshes, a
-purged log; and generated streams), through the real jobs
-on real Spark and Delta. The counts are kept whatever their rows per key (``MIN_ROWS_PER_KEY`` 0: the
-test's tables have a few rows a key; at the default the MV declines them and the keyed recompute runs,
-which ``test_fast_tree`` proves); every MV equals its query at its watermark after every refresh, and
-some run of each flipped keys by the counts.
+MV's rows, and a LEFT JOIN read only by COUNT of one column (Q13's form), over three bases that all
+change (``FLIPPING``: keys gaining their first match and losing their last in steady runs, NULL keys,
+duplicates, a key moved, several commits between refreshes, a purged log; and generated streams),
+through the real jobs on real Spark and Delta. The counts are kept whatever their rows per key
+(``MIN_ROWS_PER_KEY`` 0: the test's tables have a few rows a key; at the default the MV declines them
+and the keyed recompute runs, which ``test_fast_tree`` proves); every MV equals its query at its
+watermark after every refresh, and some run of each changed its counts at a key.
 """
 
 from __future__ import annotations
@@ -66,6 +66,23 @@ COUNTED_SHAPES = [
         "tree",
         "SELECT a.id, a.k1, a.v FROM {t0} a WHERE NOT EXISTS (SELECT * FROM {t2} c WHERE c.k1 = a.k1) "
         "AND a.k2 IN (SELECT b.k2 FROM {t1} b WHERE b.d IS NOT NULL)",
+        3,
+    ),
+    # Q13's form: a LEFT JOIN read only by COUNT of a column of its right side (NULLs in b.d: those
+    # matches count no more than a missing one), under a derived aggregate by the join's key (in a
+    # round where only b changes, its change rows are the recomputed groups), counted again at the top.
+    Shape(
+        "tree",
+        "SELECT x.n, COUNT(*) AS c FROM (SELECT a.k1, COUNT(b.d) AS n FROM {t0} a JOIN {t2} c "
+        "ON c.k1 = a.k1 LEFT JOIN {t1} b ON b.k1 = a.k1 AND b.v > 2 GROUP BY a.k1) x GROUP BY x.n",
+        3,
+    ),
+    # Grouped by another key than the LEFT JOIN's (the groups its keys reach recomputed), COUNT in
+    # HAVING too, the MV the derived table's rows.
+    Shape(
+        "tree",
+        "SELECT x.k1, x.n FROM (SELECT a.k1, COUNT(b.d) AS n FROM {t0} a JOIN {t2} c ON c.k2 = a.k2 "
+        "LEFT JOIN {t1} b ON b.k2 = a.k2 AND b.v > 2 GROUP BY a.k1 HAVING COUNT(b.d) <> 1) x",
         3,
     ),
 ]

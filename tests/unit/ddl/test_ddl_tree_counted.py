@@ -8,7 +8,7 @@ import pytest
 from bench.tpch.queries import load_queries
 from tests.support.trees import nested_of, tpch_columns, tree_of
 from workers.ddl import analyze_query
-from workers.ddl.tree.values import Aggregate, tree_from_json, tree_json
+from workers.ddl.tree.values import Aggregate, Keyed, tree_from_json, tree_json
 
 
 def test_a_semi_or_anti_join_on_one_key_and_its_own_conditions_is_counted_by_key() -> None:
@@ -62,3 +62,82 @@ def test_tpch_semi_and_anti_joins_counted_by_key(name: str, counted: list[str]) 
 
     walk(tree.root)
     assert found == counted
+
+
+def _left_join_input(sql: str) -> Keyed:
+    """The keyed input of the block under the derived aggregate of ``sql`` (``FROM (…) x``)."""
+    (derived,) = nested_of(sql).inputs
+    assert isinstance(derived, Aggregate)
+    (keyed,) = derived.input.keyed
+    return keyed
+
+
+def test_a_left_join_read_only_by_count_of_one_column_is_counted_by_key() -> None:
+    """TPC-H Q13's form: the right side's rows per key with the counted column not NULL are all the
+    aggregate needs; the block then reads one row per key with its count (its own conditions gone
+    from the ON), which the aggregate sums."""
+    sql = (
+        "SELECT x.n, COUNT(*) AS c FROM (SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k "
+        "AND u.w > 2 GROUP BY t.k) x GROUP BY x.n"
+    )
+    views = {s.alias: s.view for s in tree_of(sql).scans}
+    keyed = _left_join_input(sql)
+    assert (keyed.operator, keyed.column, keyed.outer_column, keyed.count_column) == (
+        "left outer join",
+        "k",
+        "k",
+        "w",
+    )
+    assert keyed.matches == (
+        f"SELECT `u`.`k` FROM {views['u']} AS `u` WHERE `u`.`w` > 2 AND NOT `u`.`w` IS NULL"
+    )
+    (derived,) = nested_of(sql).inputs
+    assert isinstance(derived, Aggregate)
+    over = derived.input.over_key_sets
+    assert over is not None and over.endswith(f"LEFT JOIN {views['u']} AS `u` ON `u`.`k` = `t`.`k`")
+    assert "`u`.`w` > 2" in derived.input.sql  # Spark's recompute reads the input as written
+    assert derived.sql.endswith("COUNT(`__mvs_a0`) AS `n` FROM __mvs_node1 GROUP BY `k`")
+    assert derived.over_key_sets == (
+        "SELECT `k`, COALESCE(SUM(`__mvs_a0`), 0) AS `n` FROM __mvs_node1 GROUP BY `k`"
+    )
+    tree = tree_of(sql)
+    assert tree_from_json(tree_json(tree)) == tree
+    assert [k for k, _ in tree.counted_inputs()] == [keyed]
+    assert any("read as one row per key with its count" in line for line in tree.describe())
+    q13 = analyze_query(load_queries()["q13"], columns_of=tpch_columns)
+    assert q13.fast_refresh is not None and q13.fast_refresh.tree is not None
+    ((counted, _),) = tree_from_json(q13.fast_refresh.tree).counted_inputs()
+    assert (counted.column, counted.count_column) == ("o_custkey", "o_orderkey")
+
+
+@pytest.mark.parametrize(
+    "derived",
+    [
+        # Another aggregate: a match with a NULL u.w still makes a row (COUNT(*), SUM of t's columns).
+        "SELECT t.k, COUNT(u.w) AS n, COUNT(*) AS r FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, COUNT(u.w) AS n, SUM(t.v) AS s FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, COUNT(DISTINCT u.w) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, SUM(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, COUNT(u.w + 1) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        # Two columns of u counted (their NULLs differ), u read outside the aggregate, u grouped by.
+        "SELECT t.k, COUNT(u.w) AS n, COUNT(u.k) AS m FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k WHERE u.w IS NULL GROUP BY t.k",
+        "SELECT t.k, u.w, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k, u.w",
+        # A second ON condition tied to t, an inner join: not a count of u's rows per key.
+        "SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k AND u.w = t.v GROUP BY t.k",
+        "SELECT t.k, COUNT(u.w) AS n FROM t JOIN u ON u.k = t.k GROUP BY t.k",
+    ],
+)
+def test_a_left_join_read_otherwise_is_recomputed_by_key(derived: str) -> None:
+    sql = f"SELECT x.k, x.n FROM ({derived}) x"
+    (node,) = nested_of(sql).inputs
+    assert isinstance(node, Aggregate)
+    assert node.input.over_key_sets is None
+    assert all(k.matches is None and k.count_column is None for k in node.input.keyed)
+
+
+def test_a_left_join_under_the_top_aggregate_is_recomputed_by_key() -> None:
+    """The top aggregate merges its input's signed rows (a count per row), which the counts per key
+    are not: only a derived table's GROUP BY sums them."""
+    root = nested_of("SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k")
+    assert root.over_key_sets is None and all(k.count_column is None for k in root.keyed)

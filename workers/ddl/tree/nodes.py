@@ -23,7 +23,7 @@ from workers.ddl.fast import check_deterministic
 from workers.ddl.fast_rules import NotEligible
 from workers.ddl.plan import JoinKey
 from workers.ddl.tree.aggregate import split_aggregate
-from workers.ddl.tree.counted import CountedSubquery, counted_subquery, over_key_sets
+from workers.ddl.tree.counted import CountedSubquery, counted_left_join, counted_subquery, over_key_sets
 from workers.ddl.tree.terms import column_pair, conjuncts
 from workers.ddl.tree.union import union_node
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, Union, node_view, scan_view
@@ -121,9 +121,10 @@ class Builder:
         inner.set("expressions", split.input_items)
         inner.set("group", None)
         inner.set("having", None)
-        block = self.block(inner, input_view)
+        block, over_counts = counted_left_join(self.block(inner, input_view), inner, split.sql)
         key, output = split.keys[0] if split.keys else (None, None)
-        return Aggregate(view, split.sql, block, key, output, "distinct" if distinct else "aggregate")
+        operator = "distinct" if distinct else "aggregate"
+        return Aggregate(view, split.sql, block, key, output, operator, over_counts)
 
     def window(self, body: exp.Select) -> Aggregate:
         """A SELECT with window functions recomputed by partition over its input block."""

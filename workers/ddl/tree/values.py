@@ -73,6 +73,11 @@ class Keyed:
     # A run keeps those counts as helper state and reads the input as the set of keys with one or
     # more (``Block.over_key_sets``), not the input (``workers.jobs.fast.operators.semi_join``).
     matches: str | None = None
+    # A LEFT JOIN's right input read only by ``COUNT(<column>)`` above it (``counted.counted_left_join``:
+    # TPC-H Q13): its rows counted per key as for a semi join (``matches``: those with that column not
+    # NULL), the input read as one row per key holding its count in that column, and the aggregate
+    # above summing it (``Aggregate.over_key_sets``). None: a set of keys, a semi / anti join's.
+    count_column: str | None = None
 
     @property
     def null_keys(self) -> bool:
@@ -155,6 +160,9 @@ class Aggregate:
     key: str | None
     output: str | None
     operator: str  # "aggregate", "distinct", "distinct (UNION)", "window (PARTITION BY)"
+    # ``sql`` over an input whose LEFT JOIN reads its right side as counts per key
+    # (``Keyed.count_column``): each ``COUNT`` of that side's column a ``COALESCE(SUM(…), 0)`` of them.
+    over_key_sets: str | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,12 @@ def _describe(block: Block, seen: set[str]) -> list[str]:
     for keyed in block.keyed:
         if keyed.column is None:
             lines.append(f"{keyed.operator}: recompute of the block whole when its input changes")
+        elif keyed.matches is not None and keyed.count_column is not None:
+            lines.append(
+                f"{keyed.operator}: matching rows counted per {keyed.column} (helper state), read as one "
+                f"row per key with its count, which the COUNT above sums; the rows whose "
+                f"{keyed.outer_column} its change reaches recomputed (keyed)"
+            )
         elif keyed.matches is not None:
             lines.append(
                 f"{keyed.operator}: matching rows counted per {keyed.column} (helper state), the rows "
@@ -336,6 +350,7 @@ def _node_record(node: Node) -> dict[str, Any]:
                 "key": node.key,
                 "output": node.output,
                 "operator": node.operator,
+                **({} if node.over_key_sets is None else {"over_key_sets": node.over_key_sets}),
             }
         }
     return {
@@ -355,6 +370,8 @@ def _node_record(node: Node) -> dict[str, Any]:
 
 def _keyed_record(k: Keyed) -> list[str | None]:
     found = [k.view, k.operator, k.column, k.outer_view, k.outer_column]
+    if k.count_column is not None:
+        return [*found, k.outer_keys, k.matches, k.count_column]
     if k.matches is not None:
         return [*found, k.outer_keys, k.matches]
     return found if k.outer_keys is None else [*found, k.outer_keys]  # older records: five items
@@ -372,7 +389,9 @@ def _node_from_record(record: dict[str, Any]) -> Node:
         a = record["aggregate"]
         found = _node_from_record(a["input"])
         assert isinstance(found, Block)
-        return Aggregate(a["view"], a["sql"], found, a["key"], a["output"], a["operator"])
+        return Aggregate(
+            a["view"], a["sql"], found, a["key"], a["output"], a["operator"], a.get("over_key_sets")
+        )
     b = record["block"]
     return Block(
         view=b["view"],

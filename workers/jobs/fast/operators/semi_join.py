@@ -1,4 +1,5 @@
-"""Semi and anti joins (EXISTS, NOT EXISTS, IN) whose input is integrated: matching rows per key.
+"""Semi and anti joins (EXISTS, NOT EXISTS, IN) and COUNTed LEFT JOINs whose input is integrated:
+matching rows per key.
 
 ``EXISTS (SELECT … FROM t WHERE t.c = o.x AND <t's own conditions>)`` (NOT EXISTS alike; ``o.x IN
 (SELECT t.c FROM t WHERE <t's own conditions>)``) reads t only through the set of keys that some row
@@ -15,6 +16,13 @@ join's side, the MV keeps, per such input, how many of its rows match each key (
   to the key set at old (kept) and at new (kept − off + on), with ``on`` / ``off`` as its change: a
   scan like any other to the block's rule (``inner_join``), which reads the outer rows at the flipped
   keys only.
+
+A LEFT JOIN of t read only by ``COUNT(y)`` in the GROUP BY above it (``Keyed.count_column``: TPC-H
+Q13's orders per customer) is counted alike (t's rows passing its ON's own conditions with y not NULL)
+and bound to one row per key with its count in y, which that aggregate sums
+(``Aggregate.over_key_sets``): every key whose count moves is its change (its row at old deleted, at
+new inserted), and the block and the aggregate are recomputed at those keys as for any keyed input
+(``inner_join``, ``keyed``), the outer rows at them read, t not.
 
 A run that keeps the counts never reads t, where the keyed recompute read it at every key its change
 reached, at new and at old (TPC-H Q22's orders by customer: 3 M rows a run at SF 1 for ~900
@@ -198,12 +206,25 @@ def _key_set_frames(
     first, last = (F.col(_OLD) <= 0) & (F.col(_NEW) > 0), (F.col(_OLD) > 0) & (F.col(_NEW) <= 0)
     for c in counted:
         counts = sets.counts[c.index]
-        keys = counts.select(F.col(KEY).alias(c.key))
+        keys = _key_rows(c, counts)
         old[c.frame_name] = new[c.frame_name] = keys  # unchanged: one key set for both versions
         net = _net(ev, c)
         if net is None:
             continue
         flips = _flips(ev.scope, net, counts, at_new=sets.at_new, table=table)
+        flipped.append((c, flips))
+        if c.keyed.count_column is not None:  # every count the change moves is a change of the input
+            other = _key_rows(c, _counts_at_other(counts, flips, at_new=sets.at_new))
+            old[c.frame_name], new[c.frame_name] = (other, keys) if sets.at_new else (keys, other)
+            reached, added, removed = sums(
+                net, F.lit(1), F.greatest(F.col(_NET), F.lit(0)), F.greatest(-F.col(_NET), F.lit(0))
+            )
+            reads[c.frame_name] = Changes(_count_change(c, flips), False, 2 * reached)
+            ev.note(
+                f"{c.keyed.operator} by key counts: {reached} keys gained or lost matching rows "
+                f"({added} added, {removed} removed)"
+            )
+            continue
         on, off = (flips.where(f).select(F.col(KEY).alias(c.key)) for f in (first, last))
         if sets.at_new:
             old[c.frame_name] = keys.join(on, c.key, "left_anti").unionByName(off)
@@ -215,10 +236,41 @@ def _key_set_frames(
                 off.withColumn("_change_type", F.lit("delete"))
             )
             reads[c.frame_name] = Changes(changed, False, gained + lost)
-        flipped.append((c, flips))
         ev.note(f"{c.keyed.operator} by key counts: {gained} keys gained a first match, {lost} lost the last")
     key_sets = frozenset(c.frame_name for c in counted)
     return replace(ev.frames, old=old, new=new, reads=reads, key_sets=key_sets), flipped
+
+
+def _key_rows(c: Counted, counts: DataFrame) -> DataFrame:
+    """The input a block reads in place of a counted one: its key set (``KEY`` of ``counts`` as the
+    key column), or for a LEFT JOIN's (``Keyed.count_column``) one row per key with its count in the
+    column the aggregate above sums (``Aggregate.over_key_sets``)."""
+    key = F.col(KEY).alias(c.key)
+    if c.keyed.count_column is None:
+        return counts.select(key)
+    return counts.select(key, F.col(MATCHES).alias(c.keyed.count_column))
+
+
+def _counts_at_other(counts: DataFrame, flips: DataFrame, *, at_new: bool) -> DataFrame:
+    """The counts (``KEY``, ``MATCHES`` > 0) at the version ``counts`` are not at (at old where
+    ``at_new``): theirs but at the keys the change reaches (``flips``)."""
+    moved = flips.select(KEY, F.col(_OLD if at_new else _NEW).alias(MATCHES)).where(F.col(MATCHES) > 0)
+    return counts.join(flips.select(KEY), KEY, "left_anti").unionByName(moved)
+
+
+def _count_change(c: Counted, flips: DataFrame) -> DataFrame:
+    """A LEFT JOIN's counted input's change rows (``_key_rows``' form): per key the change reaches,
+    its row at old deleted and its row at new inserted (none for a count of 0)."""
+
+    def rows(count: str, kind: str) -> DataFrame:
+        found = flips.where(F.col(count) > 0)
+        return found.select(
+            F.col(KEY).alias(c.key),
+            F.col(count).alias(c.keyed.count_column or ""),
+            F.lit(kind).alias("_change_type"),
+        )
+
+    return rows(_OLD, "delete").unionByName(rows(_NEW, "insert"))
 
 
 def _matching_keys(ev: Evaluation, c: Counted, rows: DataFrame) -> DataFrame:
@@ -290,10 +342,10 @@ def _uncounted(tree: TreePlan) -> TreePlan:
     """``tree`` as it runs where the counts are declined: its counted inputs recomputed by key."""
 
     def plain(block: Block, inputs: tuple[Node, ...]) -> Block:
-        keyed = tuple(replace(k, matches=None) for k in block.keyed)
+        keyed = tuple(replace(k, matches=None, count_column=None) for k in block.keyed)
         return replace(block, inputs=inputs, keyed=keyed, over_key_sets=None)
 
-    return _mapped(tree, plain)
+    return _mapped(tree, plain, lambda aggregate: replace(aggregate, over_key_sets=None))
 
 
 def _rewritten(tree: TreePlan, counted: list[Counted]) -> TreePlan:
@@ -305,11 +357,19 @@ def _rewritten(tree: TreePlan, counted: list[Counted]) -> TreePlan:
         inputs = tuple(scans.get(n.view, n) for n in inputs)
         return replace(block, sql=block.over_key_sets or block.sql, inputs=inputs)
 
-    return _mapped(tree, over_key_sets)
+    def over_counts(aggregate: Aggregate) -> Aggregate:
+        return replace(aggregate, sql=aggregate.over_key_sets or aggregate.sql)
+
+    return _mapped(tree, over_key_sets, over_counts)
 
 
-def _mapped(tree: TreePlan, on_block: Callable[[Block, tuple[Node, ...]], Block]) -> TreePlan:
-    """``tree`` with each block replaced by ``on_block`` of it and its inputs (mapped first)."""
+def _mapped(
+    tree: TreePlan,
+    on_block: Callable[[Block, tuple[Node, ...]], Block],
+    on_aggregate: Callable[[Aggregate], Aggregate],
+) -> TreePlan:
+    """``tree`` with each block replaced by ``on_block`` of it and its inputs (mapped first), each
+    aggregate by ``on_aggregate`` of it (its input mapped first)."""
 
     def mapped(node: Node) -> Node:
         if isinstance(node, Scan):
@@ -317,7 +377,7 @@ def _mapped(tree: TreePlan, on_block: Callable[[Block, tuple[Node, ...]], Block]
         if isinstance(node, Aggregate):
             inner = mapped(node.input)
             assert isinstance(inner, Block)
-            return replace(node, input=inner)
+            return on_aggregate(replace(node, input=inner))
         inputs = tuple(mapped(n) for n in node.inputs)
         return on_block(node, inputs) if isinstance(node, Block) else replace(node, inputs=inputs)
 
