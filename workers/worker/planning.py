@@ -7,20 +7,23 @@ from its runs' outcomes); ``plan_run`` takes every input as a value (the sizes f
 FORCE takes the cheaper estimate; a bulk change (at least ``BULK_SHARE`` of the bases' rows) is
 recomputed whatever the estimates say. The first FAST run after a complete one rebuilds the MV's
 helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
-runs when choosing (the steady runs after it pay it back). FAST never run for the MV is tried once
-when its estimate is within ``PROBE_FACTOR`` of COMPLETE's: a wrong FAST is learnt from and
-left at once, a wrong COMPLETE would never be; so is FAST whose one run rebuilt its state instead of
-applying the change (a top-N's rows table recomputed: it teaches the steady cost nothing), when
-not right after a complete run (TPC-H SF 1 q03 recomputed at 2.7-3.0 s for good, its FAST est. its
-prior plus that rebuild, where steady FAST took 2.5 s); so is FAST left for COMPLETE ``REPROBE_AFTER_RUNS``
-runs ago (its one figure may be an outlier, or stale), and FAST measured only by its first run (which
-compiles its plans' code: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s) once a recompute has measured
-COMPLETE. The same holds the other way: COMPLETE known
-only from the first build (which also makes the table: 1.2-2.7x a recompute on TPC-H SF 1), or left
-for FAST that many runs, is tried once FAST is measured, when it and the rebuild of FAST's state it
-causes are within the same factor of FAST; not COMPLETE at its
-prior (the build was dearer than it: the recompute likely is too) (q20 at SF 1 ran FAST
-at 1.9 s for good against its build's 1.8 s, where a recompute took 0.86 s). FAST and COMPLETE keep
+runs when choosing (the steady runs after it pay it back).
+
+A technique whose figure may be wrong is run once (a probe) where its estimate is within
+``PROBE_FACTOR`` of the other's: a wrong figure is corrected only by running it. FAST is probed
+where it
+- never ran for the MV (a wrong FAST is learnt from and left at once, a wrong COMPLETE never would be);
+- ran once and rebuilt its state instead of applying the change (a top-N's rows table recomputed,
+  which teaches the steady cost nothing), not right after a complete run (that run would rebuild
+  again): TPC-H SF 1 q03 recomputed at 2.7-3.0 s for good, where steady FAST took 2.5 s;
+- is measured only by its first run, which compiles its plans' code, once a recompute has measured
+  COMPLETE: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s;
+- was left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its figure may be an outlier, or stale).
+COMPLETE is probed, once FAST is measured and where it and the rebuild of FAST's state it causes are
+within the factor of FAST, where it is known only from the first build (which also makes the table:
+1.2-2.7x a recompute on TPC-H SF 1; q20 at SF 1 ran FAST at 1.9 s for good against its build's
+1.8 s, where a recompute took 0.86 s), not at its prior (the build was dearer than it: the
+recompute likely is too); or was left for FAST that many runs. FAST and COMPLETE keep
 their meaning: the planning information then says what the other would have cost.
 """
 

@@ -123,6 +123,10 @@ def test_a_left_join_read_only_by_count_of_one_column_is_counted_by_key() -> Non
         "SELECT t.k, COUNT(u.w) AS n, COUNT(u.k) AS m FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
         "SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k WHERE u.w IS NULL GROUP BY t.k",
         "SELECT t.k, u.w, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k, u.w",
+        # The join key counted: its counts would share the key's column (its rows are counted alike,
+        # but the block would read two columns of one name).
+        "SELECT t.k, COUNT(u.k) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
+        "SELECT t.k, COUNT(u.K) AS n FROM t LEFT JOIN u ON u.k = t.k GROUP BY t.k",
         # A second ON condition tied to t, an inner join: not a count of u's rows per key.
         "SELECT t.k, COUNT(u.w) AS n FROM t LEFT JOIN u ON u.k = t.k AND u.w = t.v GROUP BY t.k",
         "SELECT t.k, COUNT(u.w) AS n FROM t JOIN u ON u.k = t.k GROUP BY t.k",

@@ -2,7 +2,8 @@
 ``workers.jobs.fast.operators.semi_join``): which EXISTS / NOT EXISTS / IN subqueries depend on their
 input only so, and which LEFT JOINs under a GROUP BY do (their right side read only by ``COUNT(column)``:
 TPC-H Q13); the SQL of those rows' keys (``Keyed.matches``), and the block's SQL reading a set of keys
-(a multiset, for a LEFT JOIN) instead (``Block.over_key_sets``)."""
+(for a LEFT JOIN, one row per key with its count, which the aggregate above sums) instead
+(``Block.over_key_sets``, ``Aggregate.over_key_sets``)."""
 
 from __future__ import annotations
 
@@ -137,6 +138,8 @@ def counted_left_join(block: Block, select: exp.Select, aggregate_sql: str) -> t
     if found is None:
         return block, None
     counted, summed = found
+    if counted.lower() == keyed.column.lower():  # the counts would share the key's column (Spark's names
+        return block, None  # ignore case): the block's reads of it would be ambiguous
     source = joins[index].this
     query = exp.select(exp.column(keyed.column, table=alias, quoted=True)).from_(source.copy())
     present = exp.not_(exp.column(counted, table=alias, quoted=True).is_(exp.null()))

@@ -219,6 +219,7 @@ def _key_set_frames(
             reached, added, removed = sums(
                 net, F.lit(1), F.greatest(F.col(_NET), F.lit(0)), F.greatest(-F.col(_NET), F.lit(0))
             )
+            # At most two rows a key (its rows at old and at new; none for a count of 0).
             reads[c.frame_name] = Changes(_count_change(c, flips), False, 2 * reached)
             ev.note(
                 f"{c.keyed.operator} by key counts: {reached} keys gained or lost matching rows "
@@ -261,12 +262,14 @@ def _counts_at_other(counts: DataFrame, flips: DataFrame, *, at_new: bool) -> Da
 def _count_change(c: Counted, flips: DataFrame) -> DataFrame:
     """A LEFT JOIN's counted input's change rows (``_key_rows``' form): per key the change reaches,
     its row at old deleted and its row at new inserted (none for a count of 0)."""
+    assert c.keyed.count_column is not None, "a LEFT JOIN's counted input"
+    column = c.keyed.count_column
 
     def rows(count: str, kind: str) -> DataFrame:
         found = flips.where(F.col(count) > 0)
         return found.select(
             F.col(KEY).alias(c.key),
-            F.col(count).alias(c.keyed.count_column or ""),
+            F.col(count).alias(column),
             F.lit(kind).alias("_change_type"),
         )
 
