@@ -155,6 +155,7 @@ def plan_run(
     # steady figures): going back is judged on them too. Else a COMPLETE probe measured between FAST's
     # steady figure and its rebuild-charged one would stay ~REPROBE_AFTER_RUNS runs on the dearer.
     returning = after_complete and model.fast is not None and model.fast.idle == 1
+    known = model.complete  # None: COMPLETE at its prior (the build taught nothing)
     counted_ms = steady_ms + (0.0 if returning else rebuild_ms / REBUILD_PAYBACK_RUNS)
     versus = f"FAST est. {_duration(fast_ms)}"
     if rebuild_ms and returning:
@@ -169,7 +170,6 @@ def plan_run(
             if model.fast is None and not after_complete:  # not right after a complete run: it rebuilds
                 why = "its one run rebuilt the state instead of applying the change"
                 return planned(FAST, f"fast: probe: FAST never measured steady ({why}); {versus}")
-            known = model.complete
             if model.fast is not None and model.fast.runs == 0 and known is not None and known.runs > 0:
                 return planned(FAST, f"fast: probe: FAST measured only by its first run; {versus}")
             if model.fast is not None and model.fast.idle >= REPROBE_AFTER_RUNS:
@@ -180,7 +180,6 @@ def plan_run(
     induced_ms = model.estimate_ms(REBUILD, size, shape) or 0.0
     if model.fast is not None and complete_ms + induced_ms <= PROBE_FACTOR * counted_ms:
         # Not when COMPLETE is its prior: the build, dearer than that, taught nothing (costs.py).
-        known = model.complete
         if known is not None and known.runs == 0:
             return planned(COMPLETE, f"complete: probe: known only from the first build; {versus}")
         if known is not None and known.idle >= REPROBE_AFTER_RUNS:
