@@ -230,19 +230,24 @@ class CostModel:
         (``runs`` 0), as the first build's does for COMPLETE: it compiles the code of each of its
         plans, which later runs take from the code cache (TPC-H SF 1 q19, session 30: 1.3 s, then
         0.74-0.87 s steady); the next FAST run replaces it. A run of one technique ages the other's
-        figure (``idle``)."""
+        figure (``idle``); a COMPLETE run ages REBUILD's as well."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
         if technique == COMPLETE:
             complete = self.complete_cost(shape, size)
-            fast = self.fast.aged() if self.fast is not None else None
+            # REBUILD ages too: where FAST's only run rebuilt instead (no steady figure), its age says
+            # how long FAST has not run.
+            others = {
+                "fast": self.fast.aged() if self.fast is not None else None,
+                "rebuild": self.rebuild.aged() if self.rebuild is not None else None,
+            }
             if size is not None and size.mv is None:
                 if took_ms >= complete.estimate_ms(rows):
                     return self  # a first build (it also makes the table) is no cheaper than a recompute
                 # ...and may still be dearer (TPC-H SF 1, session 27: 1.2-2.7x): a prior, not runs.
-                return replace(self, complete=replace(complete.learned(rows, took_ms), runs=0), fast=fast)
-            return replace(self, complete=complete.learned(rows, took_ms), fast=fast)
+                return replace(self, complete=replace(complete.learned(rows, took_ms), runs=0), **others)
+            return replace(self, complete=complete.learned(rows, took_ms), **others)
         aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
         steady = aged.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
         if aged.fast is None:  # the first run compiles its plans' code: a prior, which the next replaces

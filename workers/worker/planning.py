@@ -18,7 +18,9 @@ where it
   again): TPC-H SF 1 q03 recomputed at 2.7-3.0 s for good, where steady FAST took 2.5 s;
 - is measured only by its first run, which compiles its plans' code, once a recompute has measured
   COMPLETE: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s;
-- was left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its figure may be an outlier, or stale).
+- was left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its figure may be an outlier, or stale), or
+  its one run rebuilt instead that many runs ago (that probe rebuilds again; the next run, not right
+  after a complete one, measures FAST steady).
 COMPLETE is probed, once FAST is measured and where it and the rebuild of FAST's state it causes are
 within the factor of FAST, where it is known only from the first build (which also makes the table:
 1.2-2.7x a recompute on TPC-H SF 1; q20 at SF 1 ran FAST at 1.9 s for good against its build's
@@ -174,6 +176,11 @@ def plan_run(
                 return planned(FAST, f"fast: probe: FAST measured only by its first run; {versus}")
             if model.fast is not None and model.fast.idle >= REPROBE_AFTER_RUNS:
                 return planned(FAST, f"fast: probe: FAST last ran {model.fast.idle} runs ago; {versus}")
+            # FAST's one run rebuilt instead and COMPLETE has run since (every run is then right after
+            # a complete one, where the probe above waits): aged by REBUILD's figure, which it set.
+            idle = model.rebuild.idle if model.rebuild is not None else 0
+            if model.fast is None and idle >= REPROBE_AFTER_RUNS:
+                return planned(FAST, f"fast: probe: FAST last ran {idle} runs ago, never steady; {versus}")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     # A COMPLETE probe costs FAST's helper state as well: the FAST run after it rebuilds that (TPC-H
     # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s).

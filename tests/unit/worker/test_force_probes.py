@@ -279,3 +279,31 @@ def test_fast_whose_one_run_rebuilt_instead_is_probed_steady_when_not_right_afte
     assert plan_run("FORCE", None, change, model, shape, after_complete=True).choice == COMPLETE
     steady = model.learned(FAST, change, 2500.0, shape)
     assert plan_run("FORCE", None, change, steady, shape).reason.startswith("fast: cost:")
+
+
+def test_fast_whose_one_run_rebuilt_instead_is_probed_again_after_a_while_of_complete_runs() -> None:
+    """A top-N whose one FAST run rebuilt instead, then recomputed (a bulk change, or by cost): every
+    later run is right after a complete one, where the steady probe waits, and FAST has no figure to
+    age. REBUILD's figure ages instead, and FAST is probed after REPROBE_AFTER_RUNS complete runs."""
+    shape = PlanShape("top_n", ("customer", "orders", "lineitem"), top_n=True)
+    change = size(15_000, 8_600_000)
+    build = ChangeSize(None, None, TableSize(8_600_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 3500.0, shape)
+    model = model.learned(FAST, change, 5000.0, shape, True, Rebuilt(3400.0, instead=True))
+    bulk = size(5_000_000, 8_600_000)
+    assert plan_run("FORCE", None, bulk, model, shape).reason.startswith("complete: bulk change")
+    model = model.learned(COMPLETE, bulk, 3000.0, shape)
+    for run in range(1, REPROBE_AFTER_RUNS):
+        planned = plan_run("FORCE", None, change, model, shape, after_complete=True)
+        assert planned.choice == COMPLETE, run
+        model = model.learned(COMPLETE, change, 3000.0, shape)
+    assert model.fast is None and model.rebuild is not None and model.rebuild.idle == REPROBE_AFTER_RUNS
+    assert CostModel().restored(model.record()) == model  # a new owner counts on
+    probe = plan_run("FORCE", None, change, model, shape, after_complete=True)
+    assert probe.choice == FAST
+    assert probe.reason.startswith(f"fast: probe: FAST last ran {REPROBE_AFTER_RUNS} runs ago, never steady")
+    # The probe rebuilds instead again (its age starts over); the next run measures FAST steady.
+    model = model.learned(FAST, change, 5000.0, shape, True, Rebuilt(3400.0, instead=True))
+    assert model.rebuild is not None and model.rebuild.idle == 0
+    steady_probe = plan_run("FORCE", None, change, model, shape)
+    assert steady_probe.reason.startswith("fast: probe: FAST never measured steady")
