@@ -158,6 +158,10 @@ class CostModel:
     fast: TechniqueCost | None = None
     complete: TechniqueCost | None = None
     rebuild: TechniqueCost | None = None
+    # The MV's last run was a COMPLETE probe (a try, not a switch by cost): going back to FAST is
+    # judged on the steady figures. Not kept in MV commits, which keep the costs from before the
+    # run: a new owner judges a return by the rebuild it pays.
+    complete_probe: bool = False
 
     def pace(self, shape: PlanShape | None = None, size: ChangeSize | None = None) -> float:
         """How much slower than the priors this machine runs, from FAST measured for this MV while
@@ -211,6 +215,7 @@ class CostModel:
         shape: PlanShape | None = None,
         after_complete: bool = False,
         rebuilt: Rebuilt = NO_REBUILD,
+        probe: bool = False,
     ) -> CostModel:
         """The model after a run of ``technique`` over ``size`` that took ``took_ms``; unchanged
         when the run's rows are unknown. A first build (no MV yet) teaches COMPLETE only a lower
@@ -230,25 +235,28 @@ class CostModel:
         (``runs`` 0), as the first build's does for COMPLETE: it compiles the code of each of its
         plans, which later runs take from the code cache (TPC-H SF 1 q19, session 30: 1.3 s, then
         0.74-0.87 s steady); the next FAST run replaces it. A run of one technique ages the other's
-        figure (``idle``); a COMPLETE run ages REBUILD's as well."""
+        figure (``idle``); a COMPLETE run ages REBUILD's as well. ``probe``: the run was a probe of
+        ``technique`` (``complete_probe``)."""
         rows = rows_handled(technique, size)
         if rows is None:
             return self
+        was = replace(self, complete_probe=probe and technique == COMPLETE)
         if technique == COMPLETE:
-            complete = self.complete_cost(shape, size)
+            complete = was.complete_cost(shape, size)
             # REBUILD ages too: where FAST's only run rebuilt instead (no steady figure), its age says
             # how long FAST has not run.
-            others = {
-                "fast": self.fast.aged() if self.fast is not None else None,
-                "rebuild": self.rebuild.aged() if self.rebuild is not None else None,
-            }
+            aged_others = replace(
+                was,
+                fast=was.fast.aged() if was.fast is not None else None,
+                rebuild=was.rebuild.aged() if was.rebuild is not None else None,
+            )
             if size is not None and size.mv is None:
                 if took_ms >= complete.estimate_ms(rows):
                     return self  # a first build (it also makes the table) is no cheaper than a recompute
                 # ...and may still be dearer (TPC-H SF 1, session 27: 1.2-2.7x): a prior, not runs.
-                return replace(self, complete=replace(complete.learned(rows, took_ms), runs=0), **others)
-            return replace(self, complete=complete.learned(rows, took_ms), **others)
-        aged = replace(self, complete=self.complete.aged() if self.complete is not None else None)
+                return replace(aged_others, complete=replace(complete.learned(rows, took_ms), runs=0))
+            return replace(aged_others, complete=complete.learned(rows, took_ms))
+        aged = replace(was, complete=was.complete.aged() if was.complete is not None else None)
         steady = aged.fast_cost(shape, size).learned(rows, max(took_ms - rebuilt.ms, 0.0))
         if aged.fast is None:  # the first run compiles its plans' code: a prior, which the next replaces
             steady = replace(steady, runs=0)

@@ -62,6 +62,7 @@ class Outcome:
     took_ms: float
     after_complete: bool
     rebuilt: Rebuilt | None
+    probe: bool = False  # FORCE ran it as a probe (``Planning.probe``)
 
 
 class Runner(Protocol):
@@ -202,7 +203,10 @@ class SparkRunner:
             took_ms = (time.monotonic() - began) * 1000
         size_read = sizes[-1] if sizes else None
         if result.applied:  # a skipped commit did not do the work it would learn from
-            learnt = Outcome(ran, size_read, took_ms, after_complete, result.rebuilt)
+            probe = (
+                decision.planning is not None and decision.planning.probe and ran == decision.planning.choice
+            )
+            learnt = Outcome(ran, size_read, took_ms, after_complete, result.rebuilt, probe)
             self._learn(request.task_id, learnt, decision.shape)
         message = result.message
         if not result.applied:
@@ -276,6 +280,7 @@ class SparkRunner:
                 shape,
                 outcome.after_complete,
                 outcome.rebuilt or NO_REBUILD,
+                outcome.probe,
             )
 
     def _change_size(

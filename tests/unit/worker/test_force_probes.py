@@ -201,14 +201,43 @@ def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() ->
     )
     probe = plan_run("FORCE", None, change, model, shape)
     assert probe.choice == COMPLETE and probe.reason.startswith("complete: probe: known only from")
-    measured = model.learned(COMPLETE, change, 1700.0, shape)
+    assert probe.probe
+    measured = model.learned(COMPLETE, change, 1700.0, shape, probe=probe.probe)
     back = plan_run("FORCE", None, change, measured, shape, after_complete=True)
     assert back.choice == FAST, back.reason
     assert "not counted after one complete run" in back.reason
     # Longer on COMPLETE (chosen by cost), the rebuild counts again, over its payback runs.
-    settled = replace(measured, fast=replace(measured.fast, idle=2))  # type: ignore[type-var]
-    stays = plan_run("FORCE", None, change, settled, shape, after_complete=True)
+    later = measured.learned(COMPLETE, change, 1700.0, shape)
+    stays = plan_run("FORCE", None, change, later, shape, after_complete=True)
     assert stays.choice == COMPLETE and "over 3 runs" in stays.reason
+    # So after one complete run chosen by cost (TPC-H SF 1 q13, q22, session 34): going back pays the
+    # rebuild, which must pay back; a new owner (the costs an MV commit keeps) judges it so too.
+    by_cost = model.learned(COMPLETE, change, 1700.0, shape)
+    assert by_cost.complete_probe is False and measured.complete_probe is True
+    for judged in (by_cost, CostModel().restored(measured.record())):
+        stays = plan_run("FORCE", None, change, judged, shape, after_complete=True)
+        assert stays.choice == COMPLETE and "over 3 runs" in stays.reason
+
+
+def test_a_first_run_figure_is_not_probed_right_after_a_complete_run_when_its_rebuild_is_dear() -> None:
+    """TPC-H SF 1 q09 (session 34): FAST's first run (16 s, 6.9 s of it a state rebuild) then COMPLETE
+    by cost (4.5 s); probing FAST's steady figure right after that complete run rebuilt the state again:
+    15 s where COMPLETE took 4.4 s. The probe is judged on the whole run then; without a complete run
+    between, on its steady cost."""
+    shape = PlanShape("tree", ("part", "supplier", "lineitem", "partsupp", "orders", "nation"))
+    change = size(15_000, 8_600_000)
+    build = ChangeSize(None, None, TableSize(8_600_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 4700.0, shape)
+    model = model.learned(FAST, change, 13_000.0, shape, True, Rebuilt(6900.0))
+    assert model.fast is not None and model.fast.runs == 0
+    switched = plan_run("FORCE", None, change, model, shape)
+    assert switched.choice == COMPLETE and switched.reason.startswith("complete: cost:"), switched.reason
+    model = model.learned(COMPLETE, change, 4500.0, shape)
+    after = plan_run("FORCE", None, change, model, shape, after_complete=True)
+    assert after.choice == COMPLETE and after.reason.startswith("complete: cost:"), after.reason
+    # Had a FAST run come between (no rebuild then), the probe of its steady figure would run.
+    steady_probe = plan_run("FORCE", None, change, model, shape)
+    assert steady_probe.reason.startswith("fast: probe: FAST measured only by its first run")
 
 
 def test_a_run_that_measured_its_rebuild_teaches_each_part_its_own() -> None:
@@ -247,7 +276,8 @@ def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_with
     tmp_path: Path,
 ) -> None:
     """``SparkRunner._learn`` (no Spark: the model is pure): the job's measured rebuild splits the run;
-    a FAST run that only moved the watermark (no rebuild measured) teaches nothing."""
+    a FAST run that only moved the watermark (no rebuild measured) teaches nothing; a COMPLETE probe
+    is remembered as one."""
     runner = SparkRunner(Settings(warehouse=str(tmp_path)))
     shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
     runner._learn("mv:a", Outcome(FAST, change, 30.0, True, None), shape)  # noqa: SLF001
@@ -258,6 +288,9 @@ def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_with
     assert taught.estimate_ms(REBUILD, change, shape) == pytest.approx(2000.0)
     runner._learn("mv:a", Outcome(COMPLETE, change, 900.0, False, None), shape)  # noqa: SLF001
     assert runner.cost_model("mv:a").estimate_ms(COMPLETE, change, shape) == pytest.approx(900.0)
+    assert not runner.cost_model("mv:a").complete_probe
+    runner._learn("mv:a", Outcome(COMPLETE, change, 900.0, False, None, probe=True), shape)  # noqa: SLF001
+    assert runner.cost_model("mv:a").complete_probe  # going back to FAST is judged on the steady figures
 
 
 def test_fast_whose_one_run_rebuilt_instead_is_probed_steady_when_not_right_after_a_complete_run() -> None:
