@@ -97,6 +97,7 @@ def _force_figures(forced: list[Run], f50: float | None, c50: float | None) -> R
         "force_p50_ms": o50,
         "force_choices": "/".join(r.choice or ("SKIPPED" if r.state == "SKIPPED" else "?") for r in forced),
         "force_reasons": [r.reason for r in forced],
+        "force_messages": [r.message for r in forced],
         "force_within_1_1x_min": o50 <= 1.1 * fastest if o50 is not None and fastest else None,
         "force_over_min": round(o50 / fastest, 2) if o50 is not None and fastest else None,
     }

@@ -337,15 +337,25 @@ def test_mv_names_cannot_take_the_state_suffix() -> None:
 def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or_not(
     spark: Any, local_settings: Settings
 ) -> None:
-    """What the cost model learns FAST and REBUILD from (``workers.worker.costs``): a top-N built by a
-    FORCE complete run has no rows table; the first FAST run recomputes it instead of applying the
-    change, the next rebuilds its aggregate's state beside the change, the third rebuilds nothing."""
+    """What the cost model learns FAST and REBUILD from (``workers.worker.costs``): a FORCE top-N's
+    first build writes its rows table (FORCE's first FAST run, a probe, follows it), which that run
+    maintains, rebuilding its aggregate's state beside the change. A top-N recomputed by a later
+    FORCE complete run has no rows table it can trust: the first FAST run recomputes it instead of
+    applying the change, the next rebuilds the state beside the change, the third rebuilds nothing."""
     s = local_settings
     query = "SELECT g, AVG(v) AS a_v, COUNT(*) AS n FROM sales GROUP BY g ORDER BY n DESC, g LIMIT 2"
     tables.create_table(spark, s, "sales", [_row(1, "a", 5, None, None), _row(2, "b", 1, None, None)], SCHEMA)
     mvlog.create_mv_log(spark, s, "sales")
     built = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c0"))
     assert built.applied and built.rebuilt is None  # a complete run measures no rebuild
+    tables.append(spark, s, "sales", [_row(6, "a", 3, None, None)])
+    first = incremental.refresh_incremental(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="p0"))
+    assert "top-N over maintained state (keyed merge)" in first.message, first.message
+    assert "state rebuilt from the base" in first.message, first.message
+    assert first.rebuilt is not None and not first.rebuilt.instead and first.rebuilt.ms > 0
+    tables.append(spark, s, "sales", [_row(7, "d", 1, None, None)])
+    recomputed = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c1"))
+    assert recomputed.applied
     runs = []
     for run, row in enumerate(
         [_row(3, "b", 2, None, None), _row(4, "c", 7, None, None), _row(5, "c", 1, None, None)]
@@ -360,4 +370,4 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     assert state.rebuilt is not None and not state.rebuilt.instead and state.rebuilt.ms > 0
     assert "state kept in" in steady.message and steady.rebuilt == NO_REBUILD, steady
     top = sorted((r["g"], r["n"]) for r in tables.read_table(spark, s, "mv_s"))
-    assert top == [("b", 2), ("c", 2)], top
+    assert top == [("a", 2), ("b", 2)], top
