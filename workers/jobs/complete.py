@@ -101,10 +101,11 @@ def refresh_complete(spark: SparkSession, settings: Settings, request: RunReques
             # their top n, and that run need not rebuild them. For FORCE only at the first build,
             # which FORCE's first FAST run (a probe) follows: else it recomputes them instead of the
             # change, and the next run rebuilds their state (TPC-H SF 1 q03, q10, session 34: 4.6 s
-            # then 6.9 s, where FAST's runs took 10.4 then 2.6 s). FORCE's later complete runs
-            # (chosen by cost: likely again next time) keep no helper state, as for other plans: a
-            # FAST run after one rebuilds it (its REBUILD cost, ``worker.costs``).
-            keeps_rows = request.mode == "FAST" or (request.mode == "FORCE" and mv_version_before is None)
+            # then 6.9 s, where FAST's runs took 10.4 then 2.6 s). FORCE's later complete runs (by
+            # cost: likely again next time; a bulk change; a probe) keep no helper state, as for other
+            # plans: a FAST run after one rebuilds it (its REBUILD cost, ``worker.costs``).
+            first_build = before is None or mv_version_before is None
+            keeps_rows = request.mode == "FAST" or (request.mode == "FORCE" and first_build)
             if fast is not None and fast.top_n is not None and keeps_rows:
                 top_rows.rebuild_rows(session, settings, request, fast.top_n, pinned, request.watermark)
                 frame = top_rows.first_n(session, settings, request.mv_name, fast.top_n)

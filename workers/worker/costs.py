@@ -60,7 +60,9 @@ class TechniqueCost:
     fixed_ms: float
     ms_per_row: float
     runs: int = 0  # outcomes learnt from (0: a prior, or COMPLETE's figure from the first build)
-    idle: int = 0  # runs of the other technique since this one last ran (its figure's age)
+    # Runs of the other technique since this one last ran (its figure's age); REBUILD's: COMPLETE runs
+    # since a FAST run right after a complete one measured it.
+    idle: int = 0
 
     def estimate_ms(self, rows: int) -> float:
         return self.fixed_ms + self.ms_per_row * rows
@@ -237,10 +239,10 @@ class CostModel:
         0.74-0.87 s steady); the next FAST run replaces it. A run of one technique ages the other's
         figure (``idle``); a COMPLETE run ages REBUILD's as well. ``probe``: the run was a probe of
         ``technique`` (``complete_probe``)."""
+        was = replace(self, complete_probe=probe and technique == COMPLETE)
         rows = rows_handled(technique, size)
         if rows is None:
-            return self
-        was = replace(self, complete_probe=probe and technique == COMPLETE)
+            return was
         if technique == COMPLETE:
             complete = was.complete_cost(shape, size)
             # REBUILD ages too: where FAST's only run rebuilt instead (no steady figure), its age says
@@ -252,7 +254,7 @@ class CostModel:
             )
             if size is not None and size.mv is None:
                 if took_ms >= complete.estimate_ms(rows):
-                    return self  # a first build (it also makes the table) is no cheaper than a recompute
+                    return was  # a first build (it also makes the table) is no cheaper than a recompute
                 # ...and may still be dearer (TPC-H SF 1, session 27: 1.2-2.7x): a prior, not runs.
                 return replace(aged_others, complete=replace(complete.learned(rows, took_ms), runs=0))
             return replace(aged_others, complete=complete.learned(rows, took_ms))

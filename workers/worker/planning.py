@@ -17,7 +17,8 @@ where it
   which teaches the steady cost nothing), not right after a complete run (that run would rebuild
   again): TPC-H SF 1 q03 recomputed at 2.7-3.0 s for good, where steady FAST took 2.5 s;
 - is measured only by its first run, which compiles its plans' code, once a recompute has measured
-  COMPLETE: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s;
+  COMPLETE: TPC-H SF 1 q19 took 1.3 s, then 0.74-0.87 s (right after a complete run, judged with
+  the rebuild it then pays);
 - was left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its figure may be an outlier, or stale), or
   its one run rebuilt instead that many runs ago (that probe rebuilds again; the next run, not right
   after a complete one, measures FAST steady).
@@ -31,7 +32,7 @@ their meaning: the planning information then says what the other would have cost
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workers.jobs.delta.sizes import ChangeSize, TableSize
 from workers.records import Record
@@ -104,11 +105,7 @@ class Planning:
     reason: str  # "complete: …" / "fast: …", as the decision's reason starts
     candidates: tuple[Candidate, ...]
     size: ChangeSize | None
-
-    @property
-    def probe(self) -> bool:
-        """The run tries ``choice`` to measure it, not because its estimate is the lower."""
-        return self.reason.startswith(f"{self.choice.lower()}: probe:")
+    probe: bool = False  # ``choice`` runs to be measured, not because its estimate is the lower
 
     def record(self) -> Record:
         size = self.size
@@ -173,13 +170,18 @@ def plan_run(
     elif rebuild_ms:
         versus += f" ({_duration(rebuild_ms)} of it a state rebuild, over {REBUILD_PAYBACK_RUNS} runs)"
     versus += f" vs COMPLETE est. {_duration(complete_ms)}"
+
+    def probed(choice: str, what: str) -> Planning:
+        """``choice`` run once to be measured (a probe), ``what`` saying why."""
+        return replace(planned(choice, f"{choice.lower()}: probe: {what}; {versus}"), probe=True)
+
     if complete_ms < counted_ms:
         if counted_ms <= PROBE_FACTOR * complete_ms:
             if model.fast is None and model.rebuild is None:
-                return planned(FAST, f"fast: probe: FAST never run for this MV; {versus}")
+                return probed(FAST, "FAST never run for this MV")
             if model.fast is None and not after_complete:  # not right after a complete run: it rebuilds
                 why = "its one run rebuilt the state instead of applying the change"
-                return planned(FAST, f"fast: probe: FAST never measured steady ({why}); {versus}")
+                return probed(FAST, f"FAST never measured steady ({why})")
             # Right after a complete run this probe rebuilds the state as well, which the compiles
             # it corrects for do not pay for (TPC-H SF 1 q09, session 34: a 15 s probe where COMPLETE
             # took 4.4 s and steady FAST 6.3-6.7 s): judged then on the whole run.
@@ -188,14 +190,16 @@ def plan_run(
                 model.fast is not None and model.fast.runs == 0 and known is not None and known.runs > 0
             )
             if first_only and probe_ms <= PROBE_FACTOR * complete_ms:
-                return planned(FAST, f"fast: probe: FAST measured only by its first run; {versus}")
+                return probed(FAST, "FAST measured only by its first run")
             if model.fast is not None and model.fast.idle >= REPROBE_AFTER_RUNS:
-                return planned(FAST, f"fast: probe: FAST last ran {model.fast.idle} runs ago; {versus}")
+                return probed(FAST, f"FAST last ran {model.fast.idle} runs ago")
             # FAST's one run rebuilt instead and COMPLETE has run since (every run is then right after
             # a complete one, where the probe above waits): aged by REBUILD's figure, which it set.
+            # Judged with the rebuild spread, as the re-probe above: once in that many runs, where the
+            # whole run (a rebuild instead) would rarely pass.
             idle = model.rebuild.idle if model.rebuild is not None else 0
             if model.fast is None and idle >= REPROBE_AFTER_RUNS:
-                return planned(FAST, f"fast: probe: FAST last ran {idle} runs ago, never steady; {versus}")
+                return probed(FAST, f"FAST last ran {idle} runs ago, never steady")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     # A COMPLETE probe costs FAST's helper state as well: the FAST run after it rebuilds that (TPC-H
     # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s).
@@ -203,9 +207,9 @@ def plan_run(
     if model.fast is not None and complete_ms + induced_ms <= PROBE_FACTOR * counted_ms:
         # Not when COMPLETE is its prior: the build, dearer than that, taught nothing (costs.py).
         if known is not None and known.runs == 0:
-            return planned(COMPLETE, f"complete: probe: known only from the first build; {versus}")
+            return probed(COMPLETE, "known only from the first build")
         if known is not None and known.idle >= REPROBE_AFTER_RUNS:
-            return planned(COMPLETE, f"complete: probe: COMPLETE last ran {known.idle} runs ago; {versus}")
+            return probed(COMPLETE, f"COMPLETE last ran {known.idle} runs ago")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
 
 

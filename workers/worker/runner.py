@@ -62,7 +62,7 @@ class Outcome:
     took_ms: float
     after_complete: bool
     rebuilt: Rebuilt | None
-    probe: bool = False  # FORCE ran it as a probe (``Planning.probe``)
+    probe: bool = False  # FORCE ran it as a probe (``Planning.probe``): a probe of COMPLETE is remembered
 
 
 class Runner(Protocol):
@@ -361,6 +361,9 @@ class SparkRunner:
             from workers.jobs import drop_mv_table
 
             drop_mv_table(self.settings, task["name"])
+            with self._lock:  # an MV made again under its name learns anew
+                self._costs.pop(task["task_id"], None)
+                self._last_ran.pop(task["task_id"], None)
         elif table_exists(self.settings, task["name"]):
             from workers.jobs import drop_mv_log
 

@@ -35,6 +35,7 @@ def test_fast_never_measured_is_probed_once_when_near_complete() -> None:
     assert probe.choice == FAST and probe.reason.startswith("fast: probe: FAST never run for this MV")
     far = plan_run("FORCE", None, size(70_000, 1_000_000), near, PlanShape("projection", ("t",)))
     assert far.choice == COMPLETE  # 2.2 s: past the factor
+    assert probe.probe and not far.probe  # what the runner tells the model (``Outcome.probe``)
     measured = replace(near, fast=TechniqueCost(FAST_FIXED_MS, 0.02, 1))
     assert plan_run("FORCE", None, change, measured, PlanShape("projection", ("t",))).choice == COMPLETE
 
@@ -214,6 +215,7 @@ def test_a_complete_probe_dearer_than_fast_steady_goes_back_to_fast_at_once() ->
     # rebuild, which must pay back; a new owner (the costs an MV commit keeps) judges it so too.
     by_cost = model.learned(COMPLETE, change, 1700.0, shape)
     assert by_cost.complete_probe is False and measured.complete_probe is True
+    assert measured.learned(COMPLETE, None, 1700.0).complete_probe is False  # a run of unknown size too
     for judged in (by_cost, CostModel().restored(measured.record())):
         stays = plan_run("FORCE", None, change, judged, shape, after_complete=True)
         assert stays.choice == COMPLETE and "over 3 runs" in stays.reason
@@ -277,7 +279,7 @@ def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_with
 ) -> None:
     """``SparkRunner._learn`` (no Spark: the model is pure): the job's measured rebuild splits the run;
     a FAST run that only moved the watermark (no rebuild measured) teaches nothing; a COMPLETE probe
-    is remembered as one."""
+    is remembered as one; a dropped MV's costs are forgotten."""
     runner = SparkRunner(Settings(warehouse=str(tmp_path)))
     shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
     runner._learn("mv:a", Outcome(FAST, change, 30.0, True, None), shape)  # noqa: SLF001
@@ -291,6 +293,9 @@ def test_the_runner_learns_a_fast_run_by_its_measured_rebuild_and_not_a_run_with
     assert not runner.cost_model("mv:a").complete_probe
     runner._learn("mv:a", Outcome(COMPLETE, change, 900.0, False, None, probe=True), shape)  # noqa: SLF001
     assert runner.cost_model("mv:a").complete_probe  # going back to FAST is judged on the steady figures
+    # A dropped MV's costs go with it: one made again under its name learns anew.
+    runner.drop({"task_id": "mv:a", "kind": "MV", "name": "a"})
+    assert runner.cost_model("mv:a") == CostModel()
 
 
 def test_fast_whose_one_run_rebuilt_instead_is_probed_steady_when_not_right_after_a_complete_run() -> None:

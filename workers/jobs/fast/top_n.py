@@ -9,11 +9,11 @@ the top n are written). The MV table holds exactly the query's columns.
 Trust, as for the helper state (``aggregate.state``): every commit to the rows table carries the
 run (the tag of the MV commit that follows it) and Q's layout; a run uses the table only when its
 newest tagged commit names the run of the MV's newest commit and Q as it is now. Anything else — no
-table yet, a COMPLETE refresh since (it writes only the MV), a crash between the two commits, an
-ALTERed query — and the run rebuilds it: Q over the bases at the pinned versions, overwritten
-(``workers.jobs.top_rows``; a COMPLETE refresh of a FAST or FORCE top-N MV writes it so too, so the
-FAST run after it trusts it). The rows table is committed first, the MV second: only the MV commit
-makes it trusted.
+table yet, a COMPLETE refresh since that wrote only the MV (a FORCE MV's after its first build), a
+crash between the two commits, an ALTERed query — and the run rebuilds it: Q over the bases at the
+pinned versions, overwritten (``workers.jobs.top_rows``; a COMPLETE refresh of a FAST top-N MV, and
+a FORCE one's first build, writes it so too, so the FAST run after it trusts it). The rows table is
+committed first, the MV second: only the MV commit makes it trusted.
 """
 
 from __future__ import annotations
