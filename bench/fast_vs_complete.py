@@ -93,8 +93,8 @@ class Bench:
         self.refresh(task, f"build-{name}")  # the first build is complete for both, untimed
         return task
 
-    def refresh(self, task: dict[str, Any], run_id: str) -> tuple[float, RunStats, RunStats, str, str]:
-        """(ms, run cost, change-read cost, message, technique run) of one refresh."""
+    def refresh(self, task: dict[str, Any], run_id: str) -> tuple[float, RunStats, RunStats, str, str, str]:
+        """(ms, run cost, change-read cost, message, technique run, why) of one refresh."""
         group = f"mvs-{run_id}"
         started = time.perf_counter()
         result = self.runner.refresh(task, run_id=run_id, job_group=group)
@@ -102,7 +102,15 @@ class Bench:
         assert result.state == "COMPLETED", result
         self.groups[task["name"]] = group
         stats, read = group_stats(self.spark, group), group_stats(self.spark, group, step=READ_STEP)
-        return elapsed, stats, read, result.message or "", (result.planning or {}).get("choice", "")
+        planning = result.planning or {}
+        return (
+            elapsed,
+            stats,
+            read,
+            result.message or "",
+            planning.get("choice", ""),
+            planning.get("reason", ""),
+        )
 
     def change(self, size: int) -> None:
         """``size`` change rows: 80 % appended, 10 % updated, 10 % deleted (3 commits, untimed)."""
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks = {(s, m): bench.task(f"{s}_{m.lower()}", SHAPES[s], m) for s in shapes for m in MODES}
         for spec in specs:
             size = _size(spec, base_rows)
-            runs: dict[tuple[str, str], list[tuple[float, RunStats, RunStats, str, str]]] = {
+            runs: dict[tuple[str, str], list[tuple[float, RunStats, RunStats, str, str, str]]] = {
                 k: [] for k in tasks
             }
             for round_ in range(args.rounds):
@@ -205,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     "fast_plan": fast[-1][3],
                     "force_p50_ms": round(o50, 1),
                     "force_choices": chosen,
+                    "force_reasons": [r[5] for r in forced],  # why, round by round
                     "force_within_1_1x_min": o50 <= 1.1 * min(f50, c50),
                 }
                 figures["cells"].append(cell)

@@ -38,6 +38,9 @@ from workers.jobs.rebuilt import NO_REBUILD, Rebuilt
 FAST, COMPLETE, REBUILD = "FAST", "COMPLETE", "REBUILD"
 # Weight of the newest outcome in a learnt cost once it has a few (the first ones weigh more).
 LEARNING_WEIGHT = 0.3
+# An outcome over this many times more (or fewer) rows than the last one learnt replaces the estimate
+# at its size (``TechniqueCost.learned``).
+SIZE_SPAN = 10.0
 # Priors (module docstring: calibration). COMPLETE: per row read or written.
 COMPLETE_FIXED_MS, COMPLETE_MS_PER_ROW = 500.0, 0.0005
 # FAST: fixed per run, per further scan, for an operator tree, for a top-N; per change row.
@@ -63,23 +66,30 @@ class TechniqueCost:
     # Runs of the other technique since this one last ran (its figure's age); REBUILD's: COMPLETE runs
     # since a FAST run right after a complete one measured it.
     idle: int = 0
+    rows: int | None = None  # the rows of the last outcome learnt (None: a prior, or from before)
 
     def estimate_ms(self, rows: int) -> float:
         return self.fixed_ms + self.ms_per_row * rows
 
     def learned(self, rows: int, took_ms: float) -> TechniqueCost:
         """This cost after a run of ``rows`` that took ``took_ms``: the part that dominated the
-        estimate moves towards what the outcome says of it."""
-        weight = max(1 / (self.runs + 1), LEARNING_WEIGHT)
+        estimate moves towards what the outcome says of it. An outcome over ``SIZE_SPAN`` times
+        more or fewer rows than the last one replaces the estimate at its size: a figure learnt at
+        another order of magnitude says little of this one (``bench.fast_vs_complete``, 1M rows:
+        FAST took 0.1 s appending 1 row, 0.9 s merging 1,100, and a 30 % step from the first kept
+        FORCE's estimate at 0.5 s over three runs at 1,100 rows; one FAST cost fits both no better)."""
+        far = self.rows is not None and not 1 / SIZE_SPAN <= (rows + 1) / (self.rows + 1) <= SIZE_SPAN
+        weight = 1.0 if far else max(1 / (self.runs + 1), LEARNING_WEIGHT)
         by_rows = self.ms_per_row * rows
         if rows == 0 or by_rows < self.fixed_ms:
-            fixed = max(took_ms - by_rows, 0.0)
-            return TechniqueCost(_weighted(self.fixed_ms, fixed, weight), self.ms_per_row, self.runs + 1)
-        per_row = max(took_ms - self.fixed_ms, 0.0) / rows
-        return TechniqueCost(self.fixed_ms, _weighted(self.ms_per_row, per_row, weight), self.runs + 1)
+            fixed = _weighted(self.fixed_ms, max(took_ms - by_rows, 0.0), weight)
+            return TechniqueCost(fixed, self.ms_per_row, self.runs + 1, rows=rows)
+        per_row = _weighted(self.ms_per_row, max(took_ms - self.fixed_ms, 0.0) / rows, weight)
+        return TechniqueCost(self.fixed_ms, per_row, self.runs + 1, rows=rows)
 
-    def record(self) -> tuple[float, float, int, int]:
-        return (self.fixed_ms, self.ms_per_row, self.runs, self.idle)
+    def record(self) -> tuple[float, ...]:
+        kept = (self.fixed_ms, self.ms_per_row, self.runs, self.idle)
+        return kept if self.rows is None else (*kept, self.rows)
 
     def aged(self) -> TechniqueCost:
         """This cost after a run of the other technique."""
@@ -269,7 +279,7 @@ class CostModel:
         return replace(aged, fast=fast, rebuild=aged.rebuild_cost(shape, size).learned(read_rows, rebuilt.ms))
 
     def record(self) -> dict[str, tuple[float, ...]]:
-        """Technique → (fixed ms, ms per row, runs, idle) of each learnt cost: what an MV commit keeps
+        """Technique → (fixed ms, ms per row, runs, idle[, rows]) of each learnt cost: what an MV commit keeps
         for the MV's next owner."""
         learnt = ((FAST, self.fast), (COMPLETE, self.complete), (REBUILD, self.rebuild))
         return {name: cost.record() for name, cost in learnt if cost is not None}
@@ -284,6 +294,7 @@ class CostModel:
                 return mine
             runs = int(kept[2]) if len(kept) > 2 and math.isfinite(kept[2]) else 1
             idle = int(kept[3]) if len(kept) > 3 and math.isfinite(kept[3]) else 0
-            return TechniqueCost(float(kept[0]), float(kept[1]), max(runs, 0), max(idle, 0))
+            rows = int(kept[4]) if len(kept) > 4 and math.isfinite(kept[4]) and kept[4] >= 0 else None
+            return TechniqueCost(float(kept[0]), float(kept[1]), max(runs, 0), max(idle, 0), rows)
 
         return CostModel(cost(FAST, self.fast), cost(COMPLETE, self.complete), cost(REBUILD, self.rebuild))

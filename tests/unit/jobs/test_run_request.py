@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import sqlglot.parser
 
+from tests.support.change_sizes import size
 from tests.support.maintainer_harness import WAIT, Harness, mv
 from tests.support.paths import AVRO_FIXTURES as FIXTURES
 from workers.codec import get_codec
 from workers.coordinator.handlers import Context, handle_ddl
 from workers.ddl import QueryPlan, analyze_query, parse_statement, plan_from_record, plan_record
 from workers.jobs.request import RunRequest, with_plan
+from workers.worker.costs import CostModel, TechniqueCost
 from workers.worker.decision import DecisionKind, decide, unchanged
 
 QUERIES = [
@@ -193,6 +196,32 @@ def test_one_decision_says_what_a_run_does_and_why(
 ) -> None:
     decision = decide(_request(mode, query), reflected, blocker)
     assert (decision.kind, decision.reason) == expected
+
+
+def test_force_checks_fast_preconditions_only_where_it_would_run_fast() -> None:
+    """FAST's Delta-side check (log reads, Spark's analysis of the query) is not needed by a FORCE
+    run that recomputes by cost or for a bulk change; a COMPLETE probe and a FAST run ask it, and a
+    blocked FAST is recomputed saying why."""
+    request, sales = _request("FORCE", QUERIES[1]), {"sales": 3}
+    stateless = TechniqueCost(0.0, 0.0, 1)  # FAST keeps no helper state: nothing to rebuild
+    measured = CostModel(TechniqueCost(2000.0, 0.0, 3), TechniqueCost(300.0, 0.0, 2), stateless)
+    by_cost = decide(request, sales, _never, lambda: size(10, 1_000_000), measured)
+    assert by_cost.kind is DecisionKind.COMPLETE and by_cost.reason.startswith("complete: cost:")
+    bulk = decide(request, sales, _never, lambda: size(900_000, 1_000_000), measured)
+    assert bulk.kind is DecisionKind.COMPLETE and bulk.reason.startswith("complete: bulk change")
+    asked: list[str] = []
+
+    def blocked() -> str | None:
+        asked.append("checked")
+        return "complete: no MV log on sales"
+
+    at_prior = CostModel(fast=TechniqueCost(800.0, 0.0, 2))  # COMPLETE never measured: a probe
+    probe = decide(request, sales, blocked, lambda: size(10, 1_000_000), at_prior)
+    assert probe.reason == "complete: no MV log on sales" and asked == ["checked"]
+    cheap = replace(measured, fast=TechniqueCost(100.0, 0.0, 3))
+    fast = decide(request, sales, blocked, lambda: size(10, 1_000_000), cheap)
+    assert fast.reason == "complete: no MV log on sales" and asked == ["checked", "checked"]
+    assert decide(request, sales, _clear, lambda: size(10, 1_000_000), cheap).kind is DecisionKind.INCREMENTAL
 
 
 def test_unchanged_needs_a_known_watermark_equal_to_the_bases() -> None:

@@ -150,17 +150,40 @@ def test_complete_known_only_from_the_build_is_probed_once_fast_is_measured() ->
     assert plan_run("FORCE", None, change, dear, shape).reason.startswith("fast: cost:")
 
 
-def test_complete_is_not_probed_far_from_fast_nor_at_its_prior() -> None:
+def test_complete_at_its_prior_is_probed_once_fast_is_measured() -> None:
+    """``bench.fast_vs_complete`` at 1M rows, 1,100 change rows (session 35): the build, dearer than
+    COMPLETE's prior, taught nothing; FAST took 0.9 s, COMPLETE's prior at FAST's pace said 1.2 s,
+    a recompute took 0.66 s, and FORCE ran FAST for good. COMPLETE never measured by a recompute
+    runs once, and its measure decides."""
+    shape, change = PlanShape("projection", ("sales",)), size(1_100, 1_000_000)
+    build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)
+    model = CostModel().learned(COMPLETE, build, 99_000.0, shape)
+    assert model.complete is None  # the build taught nothing: COMPLETE is at its prior
+    model = model.learned(FAST, change, 900.0, shape, after_complete=True)
+    model = model.learned(FAST, change, 900.0, shape)
+    assert model.estimate_ms(COMPLETE, change, shape) > model.estimate_ms(FAST, change, shape)  # type: ignore[operator]
+    probe = plan_run("FORCE", None, change, model, shape)
+    assert probe.choice == COMPLETE and probe.probe
+    assert probe.reason.startswith("complete: probe: never measured by a recompute; FAST est. 0.9 s")
+    measured = model.learned(COMPLETE, change, 660.0, shape, probe=True)
+    settled = plan_run("FORCE", None, change, measured, shape)
+    assert settled.choice == COMPLETE and settled.reason.startswith("complete: cost:")
+    # A recompute dearer than FAST sends FORCE back to FAST, for good.
+    dear = model.learned(COMPLETE, change, 3_000.0, shape, probe=True)
+    assert plan_run("FORCE", None, change, dear, shape).reason.startswith("fast: cost:")
+
+
+def test_complete_is_not_probed_far_from_fast() -> None:
     shape, change = PlanShape("aggregate", ("t",)), size(10, 1_000_000)
     build = ChangeSize(None, None, TableSize(1_000_000, 1, 1), None)
     cheap_fast = TechniqueCost(400.0, 0.0, 2)
     far = replace(CostModel().learned(COMPLETE, build, 900.0), fast=cheap_fast)  # 900 > 2 x 400
     assert far.complete is not None and far.complete.runs == 0
     assert plan_run("FORCE", None, change, far, shape).reason.startswith("fast: cost:")
-    # The build dearer than COMPLETE's prior taught nothing: the prior is no overestimate to correct.
-    at_prior = replace(CostModel().learned(COMPLETE, build, 99_000.0), fast=TechniqueCost(1000.0, 0.0, 2))
+    # At its prior as well: 1.0 s (0.5 s + 1M rows) at FAST's pace, more than 2 x 0.4 s.
+    at_prior = replace(CostModel().learned(COMPLETE, build, 99_000.0), fast=cheap_fast)
     assert at_prior.complete is None
-    assert plan_run("FORCE", None, change, at_prior, shape).choice == FAST
+    assert plan_run("FORCE", None, change, at_prior, shape).reason.startswith("fast: cost:")
     # FAST not measured yet: FAST's probe first, one measurement at a time.
     unmeasured = CostModel().learned(COMPLETE, build, 900.0)
     assert plan_run("FORCE", None, change, unmeasured, shape).reason.startswith("fast:")

@@ -142,20 +142,38 @@ def test_the_model_learns_the_part_that_dominated_from_outcomes() -> None:
     model = CostModel(fast=TechniqueCost(1000.0, 0.01), complete=TechniqueCost(1000.0, 0.001))
     tiny = size(10, 1000)
     slow_start = model.learned(FAST, tiny, took_ms=3000.0)
-    assert slow_start.fast == TechniqueCost(3000.0 - 0.1, 0.01, 1)
+    assert slow_start.fast == TechniqueCost(3000.0 - 0.1, 0.01, 1, rows=10)
     assert slow_start.complete == replace(model.complete, idle=1)  # a run older than FAST's
     again = slow_start.learned(FAST, tiny, took_ms=1000.0)
     assert again.fast is not None and again.fast.fixed_ms == pytest.approx((2999.9 + 999.9) / 2)
     settled = CostModel(fast=TechniqueCost(1000.0, 0.01, runs=5))
     big = size(1_000_000, 2_000_000)
     slow_rows = settled.learned(FAST, big, took_ms=1000.0 + 0.05 * 1_000_000)
-    assert slow_rows.fast == TechniqueCost(1000.0, pytest.approx(0.7 * 0.01 + 0.3 * 0.05), 6)
+    assert slow_rows.fast == TechniqueCost(1000.0, pytest.approx(0.7 * 0.01 + 0.3 * 0.05), 6, rows=1_000_000)
     whole = ChangeSize(5, None, TableSize(10**7, 1, 1), TableSize(10**6, 1, 1))
     recompute = model.learned(COMPLETE, whole, 5000.0)
-    assert recompute.complete == TechniqueCost(1000.0, pytest.approx(4000 / 11_000_000), 1)
+    assert recompute.complete == TechniqueCost(1000.0, pytest.approx(4000 / 11_000_000), 1, rows=11_000_000)
     assert model.learned(FAST, None, 99.0) == model  # rows unknown: nothing learnt
     nothing_changed = CostModel(fast=TechniqueCost(0.0, 1.0)).learned(FAST, size(0, 10), 50.0)
-    assert nothing_changed.fast == TechniqueCost(50.0, 1.0, 1)  # no row: the fixed part, no 0/0
+    assert nothing_changed.fast == TechniqueCost(50.0, 1.0, 1, rows=0)  # no row: the fixed part, no 0/0
+
+
+def test_an_outcome_an_order_of_magnitude_away_replaces_the_estimate_at_its_size() -> None:
+    """``bench.fast_vs_complete`` at 1M rows (session 35): FAST appended 1 row in 0.1 s, then merged
+    1,100 in 0.9 s; weighed at 0.3, FORCE estimated 0.5 s at 1,100 rows after three runs."""
+    appends = TechniqueCost(100.0, 0.02, 5, rows=1)
+    merged = appends.learned(1_100, 900.0)
+    assert merged.estimate_ms(1_100) == pytest.approx(900.0) and merged.rows == 1_100
+    # Within the span, the usual weight: a run of 5,000 rows moves it by 0.3.
+    nearer = merged.learned(5_000, 1_500.0)
+    assert nearer.fixed_ms == pytest.approx(0.7 * merged.fixed_ms + 0.3 * (1_500.0 - 0.02 * 5_000))
+    # Back down by more than the span: replaced again. Kept in MV commits with the rows.
+    assert nearer.learned(1, 100.0).estimate_ms(1) == pytest.approx(100.0)
+    kept = CostModel(fast=nearer)
+    assert CostModel().restored(kept.record()) == kept
+    assert CostModel().restored({"FAST": (100.0, 0.02, 5, 0)}).fast == TechniqueCost(
+        100.0, 0.02, 5, rows=None
+    )
 
 
 def test_learning_flips_force_after_fast_turned_out_slow() -> None:
@@ -209,7 +227,9 @@ def test_an_unmeasured_technique_is_priced_at_the_pace_the_measured_one_shows() 
     assert fast_measured.fast is not None and fast_measured.complete is None
     assert fast_measured.pace(shape, one_row) == pytest.approx(3000.0 / (FAST_FIXED_MS + 0.02))
     assert fast_measured.estimate_ms(COMPLETE, one_row, shape) == pytest.approx(1000.0 * 3000 / 800.02)
-    assert plan_run("FORCE", None, one_row, fast_measured, shape).choice == FAST
+    # Not a switch by cost (3.75 s against 3 s): COMPLETE, never measured, is tried once.
+    planned = plan_run("FORCE", None, one_row, fast_measured, shape)
+    assert planned.probe and planned.reason.startswith("complete: probe: never measured by a recompute")
     assert fast_measured.pace() == 1.0  # the sizes unknown: no pace
     # Bounded: never faster than the priors, at most 10x slower.
     light = CostModel(fast=TechniqueCost(100.0, 0.0, 1))
@@ -248,20 +268,20 @@ def test_a_rebuild_run_teaches_the_rebuild_not_the_steady_cost() -> None:
     change = size(10, 1_000_000)
     known = CostModel(fast=TechniqueCost(500.0, 0.0, 3), complete=TechniqueCost(0.0, 0.001, 1))
     taught = known.learned(FAST, change, 2500.0, after_complete=True, rebuilt=Rebuilt(2000.0))
-    assert taught.fast == TechniqueCost(pytest.approx(500.0), 0.0, 4)
-    assert taught.rebuild == TechniqueCost(0.0, pytest.approx(2000.0 / 1_000_000), 1)
+    assert taught.fast == TechniqueCost(pytest.approx(500.0), 0.0, 4, rows=10)
+    assert taught.rebuild == TechniqueCost(0.0, pytest.approx(2000.0 / 1_000_000), 1, rows=1_000_000)
     # A first run after the build that rebuilt nothing: the MV keeps no state, whatever it took.
     fresh, shape = CostModel(complete=TechniqueCost(0.0, 0.001, 1)), PlanShape("aggregate", ("t",))
     steady_prior = FAST_FIXED_MS + 10 * 0.02
     stateless = fresh.learned(FAST, change, 3 * steady_prior, shape, after_complete=True)
     # (FAST's first figure, which counts as a prior: ``runs`` 0)
-    assert stateless.fast == TechniqueCost(pytest.approx(3 * steady_prior - 0.2), 0.02, 0)
+    assert stateless.fast == TechniqueCost(pytest.approx(3 * steady_prior - 0.2), 0.02, 0, rows=10)
     assert stateless.estimate_ms(REBUILD, change) == 0.0
     # A rebuild that replaced the change (a top-N's rows table): REBUILD learns it, the steady cost
     # stays the prior.
     stateful = fresh.learned(FAST, change, 5000.0, shape, after_complete=True, rebuilt=Rebuilt(4500.0, True))
     assert stateful.fast is None and stateful.rebuild == TechniqueCost(
-        0.0, pytest.approx(4500.0 / 1_000_000), 1
+        0.0, pytest.approx(4500.0 / 1_000_000), 1, rows=1_000_000
     )
     # Then FAST has run for this MV: no probe; its steady prior against COMPLETE decides.
     after = plan_run("FORCE", None, size(10, 1_000_000), stateful, shape)
