@@ -33,7 +33,8 @@ class RunRequest:
     # recorded beside the watermark so a reader can tell which MVs are consistent. Empty: ``pinned``.
     reflects: Mapping[str, int] = field(default_factory=dict)
     # What this MV's refreshes cost per technique as the worker learnt them before this run
-    # (technique → fixed ms, ms per row, runs, idle): written beside the watermark, for the MV's next owner.
+    # (technique → fixed ms, ms per row, runs, idle[, rows]): written beside the watermark, for the MV's
+    # next owner.
     costs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

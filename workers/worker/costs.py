@@ -16,7 +16,8 @@ A cost not yet learnt is None and its prior is used; COMPLETE's at the machine's
 prior (a 1-row aggregate's FAST measured at 3 s against a 1 s prior chose COMPLETE at its 1 s prior;
 it took 11 s). Learning (``CostModel.learned``): an average weighted by ``max(1 / (runs + 1),
 LEARNING_WEIGHT)``, so the first outcome replaces the prior (an uncalibrated prior is worth no more
-than one measurement) and later ones move it by at least 30 %.
+than one measurement) and later ones move it by at least 30 %; an outcome over ``SIZE_SPAN`` times
+more or fewer rows than the last one learnt replaces it.
 Calibration (SF 1 TPC-H baseline of session 23 and ``bench.fast_vs_complete`` at 1M rows, this
 2-core machine): a complete run reads ~0.5 µs a row; a steady FAST run costs ~0.8 s on one base,
 ~0.3 s more per further scan (0.6 s before a join's narrowed reads listed their files from the log:
@@ -286,7 +287,8 @@ class CostModel:
 
     def restored(self, costs: Mapping[str, Sequence[float]]) -> CostModel:
         """This model with the techniques ``costs`` (``record``'s form, from an MV commit) names. An
-        older commit's pair (fixed ms, ms per row) counts as one outcome learnt."""
+        older commit's pair (fixed ms, ms per row) counts as one outcome learnt; without a fifth field
+        the rows of the last outcome are unknown (the next one is weighed as usual)."""
 
         def cost(name: str, mine: TechniqueCost | None) -> TechniqueCost | None:
             kept = costs.get(name)

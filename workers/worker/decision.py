@@ -22,7 +22,7 @@ from workers.catalog.specs import REFRESH_MODES
 from workers.ddl.plan import FastRefreshPlan
 from workers.jobs import RunRequest
 from workers.jobs.delta.sizes import ChangeSize
-from workers.worker.planning import COMPLETE, CostModel, Planning, PlanShape, plan_run
+from workers.worker.planning import COMPLETE, CostModel, Planning, PlanShape, fast_unchecked, plan_run
 
 NO_CHANGE = "skipped: no change"
 
@@ -68,7 +68,7 @@ def decide(
 
     FAST applies the MV log when the query has a fast-refresh plan and ``fast_blocker`` (the
     Delta-side preconditions: an MV log covering the MV's watermark, same columns…; called only
-    then, and in FORCE only where the estimates alone would not recompute) finds nothing against
+    then, and in FORCE only where it would run FAST or probe COMPLETE) finds nothing against
     it; otherwise it recomputes, saying why (an MV behind the retained change data is refreshed
     completely: design). FORCE, where FAST could run, takes the cheaper by
     ``model``'s estimates over ``size`` (the run's change and table sizes, read from the Delta logs;
@@ -82,21 +82,25 @@ def decide(
     plan = request.plan.fast_refresh
     shape = plan_shape(plan) if plan is not None else None
     sizes, costs = size(), model or CostModel()
-    planning: Planning | None = None
     if request.mode == "FORCE" and plan is not None:
         # FAST's preconditions (Delta log reads and Spark's analysis of the query: 0.1-0.3 s) are
-        # checked only where FORCE would run FAST: a recompute by cost or bulk needs none of them
-        # (1M rows, 30 % changed: FORCE's recomputes took 0.13-0.26 s longer than its twin's).
+        # checked only where FORCE would run FAST or probe COMPLETE (a blocked FAST makes that no
+        # probe): a recompute by cost or bulk needs none of them (1M rows, 30 % changed: FORCE's
+        # recomputes took 0.13-0.26 s longer than its twin's).
         unchecked = plan_run(request.mode, None, sizes, costs, shape, after_complete)
         if unchecked.choice == COMPLETE and not unchecked.probe:
+            planning = fast_unchecked(unchecked)
+        elif (blocker := fast_blocker()) is None:
             planning = unchecked
-    if planning is None:
-        blocker: str | None = None
-        if request.mode != "COMPLETE":
-            if plan is None:
-                blocker = f"complete: fast refresh is not possible: {request.plan.fast_reason}"
-            else:
-                blocker = fast_blocker()
+        else:
+            planning = plan_run(request.mode, blocker, sizes, costs, shape, after_complete)
+    else:
+        if request.mode == "COMPLETE":
+            blocker = None
+        elif plan is None:
+            blocker = f"complete: fast refresh is not possible: {request.plan.fast_reason}"
+        else:
+            blocker = fast_blocker()
         planning = plan_run(request.mode, blocker, sizes, costs, shape, after_complete)
     if planning.choice == COMPLETE or plan is None:
         return Decision.complete(planning.reason, planning, shape)

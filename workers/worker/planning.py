@@ -60,6 +60,7 @@ __all__ = [
     "PlanShape",
     "Planning",
     "TechniqueCost",
+    "fast_unchecked",
     "plan_run",
     "rows_handled",
 ]
@@ -215,6 +216,19 @@ def plan_run(
         if known.idle >= REPROBE_AFTER_RUNS:
             return probed(COMPLETE, f"COMPLETE last ran {known.idle} runs ago")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
+
+
+# The FAST candidate's note where a FORCE recompute by cost or bulk did not check FAST's preconditions.
+FAST_UNCHECKED = "preconditions not checked: the recompute did not need them"
+
+
+def fast_unchecked(planning: Planning) -> Planning:
+    """``planning`` (a recompute by cost or bulk, planned as if FAST could run) saying that whether
+    FAST could run was not checked: its estimate stays, as the choice's reason."""
+    candidates = tuple(
+        replace(c, note=FAST_UNCHECKED) if c.technique == FAST else c for c in planning.candidates
+    )
+    return replace(planning, candidates=candidates)
 
 
 def _change_text(size: ChangeSize | None) -> str:

@@ -20,6 +20,7 @@ from workers.ddl import QueryPlan, analyze_query, parse_statement, plan_from_rec
 from workers.jobs.request import RunRequest, with_plan
 from workers.worker.costs import CostModel, TechniqueCost
 from workers.worker.decision import DecisionKind, decide, unchanged
+from workers.worker.planning import FAST_UNCHECKED
 
 QUERIES = [
     "SELECT s.region, SUM(amount) AS total, COUNT(*) AS n, MIN(amount) AS lo FROM sales s "
@@ -209,6 +210,11 @@ def test_force_checks_fast_preconditions_only_where_it_would_run_fast() -> None:
     assert by_cost.kind is DecisionKind.COMPLETE and by_cost.reason.startswith("complete: cost:")
     bulk = decide(request, sales, _never, lambda: size(900_000, 1_000_000), measured)
     assert bulk.kind is DecisionKind.COMPLETE and bulk.reason.startswith("complete: bulk change")
+    for unchecked in (by_cost, bulk):  # the planning says FAST was not checked, and keeps its estimate
+        assert unchecked.planning is not None
+        fast_candidate = unchecked.planning.record()["candidates"][0]
+        assert fast_candidate["technique"] == "FAST" and fast_candidate["note"] == FAST_UNCHECKED
+        assert fast_candidate["estimated_ms"] is not None
     asked: list[str] = []
 
     def blocked() -> str | None:
@@ -218,6 +224,7 @@ def test_force_checks_fast_preconditions_only_where_it_would_run_fast() -> None:
     at_prior = CostModel(fast=TechniqueCost(800.0, 0.0, 2))  # COMPLETE never measured: a probe
     probe = decide(request, sales, blocked, lambda: size(10, 1_000_000), at_prior)
     assert probe.reason == "complete: no MV log on sales" and asked == ["checked"]
+    assert probe.planning is not None and not probe.planning.probe  # not learnt as a COMPLETE probe
     cheap = replace(measured, fast=TechniqueCost(100.0, 0.0, 3))
     fast = decide(request, sales, blocked, lambda: size(10, 1_000_000), cheap)
     assert fast.reason == "complete: no MV log on sales" and asked == ["checked", "checked"]

@@ -1,6 +1,7 @@
 """FORCE's probes (pure: ``workers.worker.planning``): a technique whose figure may be wrong is run
 once within PROBE_FACTOR of the other, since a figure nothing runs is never corrected: FAST never
-measured or left for COMPLETE a while, COMPLETE known only from the first build or left for FAST."""
+measured or left for COMPLETE a while, COMPLETE never measured by a recompute (at its prior, or known
+only from the first build) or left for FAST."""
 
 from __future__ import annotations
 

@@ -305,10 +305,11 @@ def test_a_model_kept_in_an_mv_commit_is_restored_whole() -> None:
 def test_costs_ride_in_the_commit_metadata_and_a_damaged_value_is_ignored() -> None:
     """A commit's costs decode as written; a foreign or damaged ``costs`` value never costs the
     watermark beside it (costs only inform the choice)."""
-    taught = CostModel(fast=TechniqueCost(800.0, 0.5, 3), complete=TechniqueCost(300.0, 0.01, 1))
+    taught = CostModel(fast=TechniqueCost(800.0, 0.5, 3), complete=TechniqueCost(300.0, 0.01, 1, rows=1_100))
     text = encode_user_metadata("mv:a", 3, "run-1", {"sales": 7}, costs=taught.record())
     decoded = decode_user_metadata(text, delta_version=4)
     assert decoded is not None and decoded.costs == taught.record()
+    assert CostModel().restored(decoded.costs) == taught  # the rows of the last outcome too
     assert decode_user_metadata(encode_user_metadata("mv:a", 3, "run-1", {"sales": 7})).costs == {}  # type: ignore[union-attr]
     made = decode_user_metadata(encode_user_metadata("mv:a", 3, "r", {"sales": 7}, technique=COMPLETE))
     assert made is not None and made.technique == COMPLETE  # the next owner knows a FAST run rebuilds

@@ -152,9 +152,9 @@ def decode_user_metadata(user_metadata: str | None, delta_version: int | None = 
 def _costs(value: object) -> dict[str, tuple[float, ...]]:
     """The ``costs`` of a commit's metadata: technique → (fixed ms, ms per row[, runs learnt from[,
     runs of the other technique since[, rows of the last run learnt]]]), each finite and not
-    negative (older commits: the pair or the triple; a newer one's further fields are kept, and
-    ignored by ``CostModel.restored``); anything else (a foreign or damaged value) is ignored as a
-    whole: costs only inform."""
+    negative (older commits: the pair or the triple; the quadruple where the rows are unknown; a
+    newer one's further fields are kept, and ignored by ``CostModel.restored``); anything else (a
+    foreign or damaged value) is ignored as a whole: costs only inform."""
     if not isinstance(value, dict):
         return {}
     costs: dict[str, tuple[float, ...]] = {}

@@ -80,7 +80,8 @@ def fast_refresh_blocker(spark: SparkSession, settings: Settings, request: RunRe
     """Why the MV cannot be refreshed incrementally now ("complete: …"), or None when it can.
 
     Cheap: Delta log reads and an analysis of the query by Spark, no Spark job. The decision
-    (``workers.worker.decision``) asks it; ``refresh_incremental`` checks again, under the fence.
+    (``workers.worker.decision``) asks it where the run may be incremental; ``refresh_incremental``
+    checks again, under the fence.
     """
     try:
         plan = fast_plan(request)
