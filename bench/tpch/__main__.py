@@ -230,9 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                 sides.append((forces[name], runs[name][2]))
             shift = round_ % len(sides)
             for side, into in sides[shift:] + sides[:shift]:
-                # Not the rows the side before read: whichever of the FAST and FORCE twins ran second
-                # took them shared (FORCE read them in 2 rounds of 3; q17's FORCE ran FAST 20 % slower
-                # than its FAST twin in those rounds, session 35).
+                # Not the rows the side before read, which whichever of the FAST and FORCE twins ran
+                # second took shared (FORCE in 2 rounds of 3): one MV on its bases reads them itself.
                 change_reads.forget()
                 with call_sites(spark) if args.profile and side is mv else nullcontext():
                     into.append(refresh(runner, side, f"r{round_}"))
