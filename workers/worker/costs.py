@@ -77,8 +77,9 @@ class TechniqueCost:
         estimate moves towards what the outcome says of it. An outcome over ``SIZE_SPAN`` times
         more or fewer rows than the last one replaces the estimate at its size: a figure learnt at
         another order of magnitude says little of this one (``bench.fast_vs_complete``, 1M rows:
-        FAST took 0.1 s appending 1 row, 0.9 s merging 1,100, and a 30 % step from the first kept
-        FORCE's estimate at 0.5 s over three runs at 1,100 rows; one FAST cost fits both no better)."""
+        FAST took 0.1 s appending 1 row, 0.9 s merging 1,100, and steps of 30 % from the first kept
+        FORCE's estimate at 0.1-0.7 s over three runs at 1,100 rows; one FAST line fits both no
+        better)."""
         far = self.rows is not None and not 1 / SIZE_SPAN <= (rows + 1) / (self.rows + 1) <= SIZE_SPAN
         weight = 1.0 if far else max(1 / (self.runs + 1), LEARNING_WEIGHT)
         by_rows = self.ms_per_row * rows

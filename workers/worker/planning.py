@@ -80,6 +80,8 @@ PROBE_FACTOR = 2.0
 # nothing else would ever correct it. A probe right after a complete run may pay a state rebuild too,
 # and then one more run measures FAST steady: at most two runs in this many pay the probe.
 REPROBE_AFTER_RUNS = 50
+# The FAST candidate's note where a FORCE recompute by cost or bulk did not check FAST's preconditions.
+FAST_UNCHECKED = "preconditions not checked: the recompute did not need them"
 
 
 @dataclass(frozen=True)
@@ -216,10 +218,6 @@ def plan_run(
         if known.idle >= REPROBE_AFTER_RUNS:
             return probed(COMPLETE, f"COMPLETE last ran {known.idle} runs ago")
     return planned(FAST, f"fast: cost: {_change_text(size)}; {versus}")
-
-
-# The FAST candidate's note where a FORCE recompute by cost or bulk did not check FAST's preconditions.
-FAST_UNCHECKED = "preconditions not checked: the recompute did not need them"
 
 
 def fast_unchecked(planning: Planning) -> Planning:
