@@ -1,5 +1,6 @@
 """Frames held on the driver (``workers.jobs.spark.held``): the distinct rows of held rows, made
-distinct on the driver without a Spark job and equal to Spark's ``distinct`` (real Spark)."""
+distinct on the driver without a Spark job and equal to Spark's ``distinct``; a frame its caller
+expects large computed once (real Spark)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,30 @@ def test_distinct_rows_of_a_frame_not_held_are_made_distinct_by_spark(spark: Any
     found, count = held.hold_distinct(spark, frame)
     assert count == 3
     assert sorted(r.k for r in found.collect()) == [0, 1, 2]
+
+
+def _counted_frame(spark: Any, rows: int) -> tuple[Any, Any]:
+    """``rows`` rows through a UDF that counts its calls: how often the frame was computed."""
+    from pyspark.sql import functions as F
+
+    calls = spark.sparkContext.accumulator(0)
+
+    def seen(value: int) -> int:
+        calls.add(1)
+        return value
+
+    counting = F.udf(seen, "long")
+    return spark.range(rows, numPartitions=3).select(counting("id").alias("k")), calls
+
+
+@pytest.mark.parametrize(("rows", "limit"), [(40, 10), (8, 10)])
+def test_a_large_frame_is_computed_once_and_held_whatever_its_size(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, rows: int, limit: int
+) -> None:
+    monkeypatch.setattr(held, "DRIVER_ROWS_LIMIT", limit)
+    frame, calls = _counted_frame(spark, rows)
+    found, count = held.hold_counted(spark, frame, large=True)
+    assert count == rows
+    assert sorted(r.k for r in found.collect()) == list(range(rows))
+    assert calls.value == rows  # one pass: neither the count nor the reads compute it again
+    assert held._is_local(found) == (rows <= limit)  # noqa: SLF001 - small: on the driver after all

@@ -304,7 +304,8 @@ def _counts_at_new(ev: Evaluation, c: Counted) -> tuple[DataFrame, float | None]
     """The input's matching rows counted per key at the pinned version (the rebuild), held, and how
     many a key has on average (None without any)."""
     keys = _matching_keys(ev, c, ev.at(c.node, True))
-    counts, found = hold_counted(ev.scope.session, keys.groupBy(KEY).agg(F.count(F.lit(1)).alias(MATCHES)))
+    per_key = keys.groupBy(KEY).agg(F.count(F.lit(1)).alias(MATCHES))
+    counts, found = hold_counted(ev.scope.session, per_key, large=True)  # a key per row of the input
     return counts, sums(counts, F.col(MATCHES))[0] / found if found else None
 
 
