@@ -31,7 +31,7 @@ from workers.sched.gauges import TaskGauges
 from workers.sched.triggers import MIN_RUN_SPACING_S, data_lag_s
 from workers.worker.decision import Decision, unchanged
 from workers.worker.messages import Command, Due, RunContext, RunFinished, RunStarted, Stop, Update
-from workers.worker.run_records import run_failure, run_record, was_cancelled
+from workers.worker.run_records import NOTHING_MORE, RunEnd, run_failure, run_record, was_cancelled
 from workers.worker.runner import Runner, RunResult
 from workers.worker.schedule import (
     MANUAL,
@@ -200,7 +200,7 @@ class Maintainer:
         if waiting is not None:
             # Said once per reason (the run record, hence ``mvs status``), then looked at again quietly.
             if (self.last_run or {}).get("message") != waiting:
-                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message=waiting)
+                self._record_run(run, "SKIPPED", end=RunEnd(rows=0, after=self.watermark, message=waiting))
             self._schedule_at(now + WAIT_POLL_S, notify=False)
             return
         skip = self._skip_unchanged() if self.task["kind"] == "MV" else None
@@ -209,7 +209,9 @@ class Maintainer:
             self.last_started = self.data_time = now
             silent = trigger == SCHEDULE and trigger_kind(self.task) == ON_CHANGE
             if not silent:  # an ON CHANGE poll just looks again; any other due refresh says so
-                self._record_run(run, "SKIPPED", rows=0, after=self.watermark, message=skip.reason)
+                self._record_run(
+                    run, "SKIPPED", end=RunEnd(rows=0, after=self.watermark, message=skip.reason)
+                )
                 if self.env.metrics is not None:
                     self.env.metrics.record_skip("no_change")
             self._schedule_next(notify=not silent)
@@ -240,7 +242,9 @@ class Maintainer:
         if status is SubmitStatus.REJECTED:
             # The worker's queue is full (it holds a run of every task this worker owns, so only
             # something beside them fills it) or closed: not the task's fault, no retry budget spent.
-            self._record_run(run, "ERROR", message="rejected: the worker's run queue is full; retrying")
+            self._record_run(
+                run, "ERROR", end=RunEnd(message="rejected: the worker's run queue is full; retrying")
+            )
             self._schedule_at(now + REJECTED_RETRY_S)
             return
         self.running = run
@@ -300,7 +304,9 @@ class Maintainer:
         if failure is not None:
             self._failed(run, failure, started_ms, ended_ms)
         elif was_cancelled(outcome):
-            self._record_run(run, "CANCELED", started_ms=started_ms, ended_ms=ended_ms, message="cancelled")
+            self._record_run(
+                run, "CANCELED", started_ms=started_ms, ended_ms=ended_ms, end=RunEnd(message="cancelled")
+            )
         elif result is not None:
             if run.epoch == self.task["epoch"]:
                 self.watermark = dict(result.watermark_after)
@@ -314,16 +320,7 @@ class Maintainer:
             if self.state is TaskState.WARNING:
                 self._set_state(TaskState.NORMAL)
             self._record_run(
-                run,
-                result.state,
-                started_ms=started_ms,
-                ended_ms=ended_ms,
-                rows=result.rows_written,
-                after=result.watermark_after,
-                message=result.message,
-                planning=result.planning,
-                inserted=result.rows_inserted,
-                deleted=result.rows_deleted,
+                run, result.state, started_ms=started_ms, ended_ms=ended_ms, end=RunEnd.of(result)
             )
             if result.state == "SKIPPED" and self.env.metrics is not None:
                 self.env.metrics.record_skip("already_applied")
@@ -341,7 +338,7 @@ class Maintainer:
         self.attempt += 1
         retry = self.error["retryable"] and not self.env.retry.exhausted(self.attempt)
         self._set_state(TaskState.WARNING if retry else TaskState.FAILED)
-        self._record_run(run, "ERROR", started_ms=started_ms, ended_ms=ended_ms, error=self.error)
+        self._record_run(run, "ERROR", started_ms=started_ms, ended_ms=ended_ms, end=RunEnd(error=self.error))
         if retry:
             delay = self.env.retry.delay(self.attempt, rng=self.env.rng)
             self._schedule_at(self.env.clock.monotonic() + delay)
@@ -361,13 +358,7 @@ class Maintainer:
         *,
         started_ms: int | None = None,
         ended_ms: int | None = None,
-        rows: int | None = None,
-        after: dict[str, int] | None = None,
-        message: str | None = None,
-        error: Record | None = None,
-        planning: Record | None = None,
-        inserted: int | None = None,
-        deleted: int | None = None,
+        end: RunEnd = NOTHING_MORE,
     ) -> None:
         if ended_ms is None and state not in ("PENDING", "RUNNING"):
             ended_ms = self.env.clock.wall_ms()  # not from a run's outcome: ended as it is written
@@ -378,13 +369,7 @@ class Maintainer:
             worker_id=self.env.worker_id,
             started_ms=started_ms,
             ended_ms=ended_ms,
-            rows=rows,
-            after=after,
-            message=message,
-            error=error,
-            planning=planning,
-            inserted=inserted,
-            deleted=deleted,
+            end=end,
         )
         self.last_run = run_summary(record)
         self.env.publish("runs", self.task_id, record)

@@ -4,11 +4,45 @@ executor outcome means for the record (the RunSummary a status carries: ``worker
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from workers.catalog.errors import ErrorCode, MvsError
 from workers.jobs import RunCancelled
 from workers.records import Record
 from workers.sched.executor import RunOutcome
 from workers.worker.messages import RunContext
+from workers.worker.runner import RunResult
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What a run's record says past its state and times: the rows it wrote, the watermark it left
+    (None: the one it started from), its message or error, what it considered (``planning``:
+    ``workers.worker.planning``) and the rows it changed in the MV, where its Delta commit says."""
+
+    rows: int | None = None
+    after: Mapping[str, int] | None = None
+    message: str | None = None
+    error: Record | None = None
+    planning: Record | None = None
+    inserted: int | None = None
+    deleted: int | None = None
+
+    @classmethod
+    def of(cls, result: RunResult) -> RunEnd:
+        """What a run that returned ``result`` ends with."""
+        return cls(
+            rows=result.rows_written,
+            after=result.watermark_after,
+            message=result.message,
+            planning=result.planning,
+            inserted=result.rows_inserted,
+            deleted=result.rows_deleted,
+        )
+
+
+NOTHING_MORE = RunEnd()  # a record of state and times only (PENDING, RUNNING)
 
 
 def run_record(
@@ -19,35 +53,28 @@ def run_record(
     worker_id: str,
     started_ms: int | None,
     ended_ms: int | None,
-    rows: int | None,
-    after: dict[str, int] | None,
-    message: str | None,
-    error: Record | None,
-    planning: Record | None = None,
-    inserted: int | None = None,
-    deleted: int | None = None,
+    end: RunEnd = NOTHING_MORE,
 ) -> Record:
     """The RunRecord of ``run`` in ``state``; a run not yet started shows its queueing time, one
-    that changed nothing (no ``after``) the watermark it started from, and a failed one the error's
-    message. ``planning``: what a refresh considered (``workers.worker.planning``); ``inserted`` /
-    ``deleted``: the rows it changed in the MV, where its Delta commit says."""
+    that changed nothing (no ``end.after``) the watermark it started from, and a failed one the
+    error's message."""
     return {
         "run_id": run.run_id,
         "trigger": run.trigger,
         "state": state,
         "started_at": run.queued_ms if started_ms is None else started_ms,
         "ended_at": ended_ms,
-        "rows_written": rows,
-        "message": message or (error or {}).get("message"),
+        "rows_written": end.rows,
+        "message": end.message or (end.error or {}).get("message"),
         "task_id": task_id,
         "epoch": run.epoch,
         "worker_id": worker_id,
         "watermark_before": run.watermark_before,
-        "watermark_after": dict(after or run.watermark_before),
-        "error": error,
-        "planning": planning,
-        "rows_inserted": inserted,
-        "rows_deleted": deleted,
+        "watermark_after": dict(end.after or run.watermark_before),
+        "error": end.error,
+        "planning": end.planning,
+        "rows_inserted": end.inserted,
+        "rows_deleted": end.deleted,
     }
 
 
