@@ -22,12 +22,12 @@ where it
 - was left for COMPLETE ``REPROBE_AFTER_RUNS`` runs ago (its figure may be an outlier, or stale), or
   its one run rebuilt instead that many runs ago (that probe rebuilds again; the next run, not right
   after a complete one, measures FAST steady).
-COMPLETE is probed, once FAST is measured and where it and the rebuild of FAST's state it causes are
-within the factor of FAST, where no recompute has measured it: at its prior, or known only from the
-first build (which also makes the table: 1.2-2.7x a recompute on TPC-H SF 1; q20 at SF 1 ran FAST at
-1.9 s for good against its build's 1.8 s, where a recompute took 0.86 s); or was left for FAST that
-many runs. FAST and COMPLETE keep
-their meaning: the planning information then says what the other would have cost.
+COMPLETE is probed, once FAST is measured and where it and the rebuild of FAST's state it causes
+(over ``REBUILD_PAYBACK_RUNS``, as FAST's own) are within the factor of FAST, where no recompute has
+measured it: at its prior, or known only from the first build (which also makes the table: 1.2-2.7x
+a recompute on TPC-H SF 1; q20 at SF 1 ran FAST at 1.9 s for good against its build's 1.8 s, where a
+recompute took 0.86 s); or was left for FAST that many runs. FAST and COMPLETE keep their meaning:
+the planning information then says what the other would have cost.
 """
 
 from __future__ import annotations
@@ -205,8 +205,12 @@ def plan_run(
                 return probed(FAST, f"FAST last ran {idle} runs ago, never steady")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     # A COMPLETE probe costs FAST's helper state as well: the FAST run after it rebuilds that (TPC-H
-    # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s).
-    induced_ms = model.estimate_ms(REBUILD, size, shape) or 0.0
+    # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s). Only where FAST
+    # comes back, and the steady runs after that pay it back: counted over as many runs as FAST's
+    # own rebuild above. Counted whole, it kept FORCE off COMPLETE where recomputing was the cheaper
+    # (TPC-H SF 1 q17, session 36: COMPLETE est. 5.2 s + a 7.5 s rebuild against FAST's 4.9 s, where
+    # recomputes took 4.0-4.5 s and FAST 5.1-6.3 s; q08 likewise).
+    induced_ms = (model.estimate_ms(REBUILD, size, shape) or 0.0) / REBUILD_PAYBACK_RUNS
     if model.fast is not None and complete_ms + induced_ms <= PROBE_FACTOR * counted_ms:
         # At its prior too (a build dearer than the prior teaches nothing: costs.py): the prior, at
         # FAST's pace, overestimated recomputes of 1M rows 1.6-2.3x (``bench.fast_vs_complete``,
