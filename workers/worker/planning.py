@@ -23,7 +23,7 @@ where it
   its one run rebuilt instead that many runs ago (that probe rebuilds again; the next run, not right
   after a complete one, measures FAST steady).
 COMPLETE is probed, once FAST is measured and where it and the rebuild of FAST's state it causes
-(over ``REBUILD_PAYBACK_RUNS``, as FAST's own) are within the factor of FAST, where no recompute has
+(weighted over ``REBUILD_PAYBACK_RUNS``, as FAST's own) are within the factor of FAST, where no recompute has
 measured it: at its prior, or known only from the first build (which also makes the table: 1.2-2.7x
 a recompute on TPC-H SF 1; q20 at SF 1 ran FAST at 1.9 s for good against its build's 1.8 s, where a
 recompute took 0.86 s); or was left for FAST that many runs. FAST and COMPLETE keep their meaning:
@@ -205,9 +205,10 @@ def plan_run(
                 return probed(FAST, f"FAST last ran {idle} runs ago, never steady")
         return planned(COMPLETE, f"complete: cost: {_change_text(size)}; {versus}")
     # A COMPLETE probe costs FAST's helper state as well: the FAST run after it rebuilds that (TPC-H
-    # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s). Only where FAST
-    # comes back, and the steady runs after that pay it back: counted over as many runs as FAST's
-    # own rebuild above. Counted whole, it kept FORCE off COMPLETE where recomputing was the cheaper
+    # Q05: a 2.8 s probe, then a 4.5 s FAST run, where steady FAST took 1.6-1.7 s), but only where
+    # the probe was wrong and FAST comes back: a one-off cost, weighted as FAST's own rebuild above
+    # (over REBUILD_PAYBACK_RUNS). A wrong probe then costs at most ~3 FAST runs more, once (and once
+    # per REPROBE_AFTER_RUNS). Counted whole, it kept FORCE off COMPLETE where recomputing was cheaper
     # (TPC-H SF 1 q17, session 36: COMPLETE est. 5.2 s + a 7.5 s rebuild against FAST's 4.9 s, where
     # recomputes took 4.0-4.5 s and FAST 5.1-6.3 s; q08 likewise).
     induced_ms = (model.estimate_ms(REBUILD, size, shape) or 0.0) / REBUILD_PAYBACK_RUNS

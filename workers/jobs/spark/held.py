@@ -26,8 +26,8 @@ LOCAL_ROWS = 20_000
 def hold(session: SparkSession, frame: DataFrame) -> DataFrame:
     """``frame`` computed once (one Spark job) and held: on the driver (rows stay JVM values, no Python
     round trip: exact for every type) as a local relation or, past ``LOCAL_ROWS``, an RDD of the rows;
-    past ``DRIVER_ROWS_LIMIT`` rows, as a local checkpoint on the executors (computed once more:
-    ``hold_counted``'s ``large``)."""
+    past ``DRIVER_ROWS_LIMIT`` rows, as a local checkpoint on the executors (computed once more,
+    unless the caller says ``hold_counted(..., large=True)``)."""
     return hold_counted(session, frame)[0]
 
 

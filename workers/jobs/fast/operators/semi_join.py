@@ -305,7 +305,8 @@ def _counts_at_new(ev: Evaluation, c: Counted) -> tuple[DataFrame, float | None]
     many a key has on average (None without any)."""
     keys = _matching_keys(ev, c, ev.at(c.node, True))
     per_key = keys.groupBy(KEY).agg(F.count(F.lit(1)).alias(MATCHES))
-    counts, found = hold_counted(ev.scope.session, per_key, large=True)  # a key per row of the input
+    # Every key of the whole input: usually past the driver's limit.
+    counts, found = hold_counted(ev.scope.session, per_key, large=True)
     return counts, sums(counts, F.col(MATCHES))[0] / found if found else None
 
 
