@@ -115,22 +115,49 @@ def read_whole(
     return rows
 
 
+# Column mapping modes whose tables delta-rs's query engine reads by their logical names, as Spark
+# does: "name" is what Spark sets for a column name Parquet cannot hold (an MV's unaliased
+# ``count(*)`` or ``sum(l_quantity)``). Only through ``QueryBuilder`` (``read_whole``): delta-rs's
+# ``to_pyarrow_table`` reads such a table's columns as all NULL (deltalake 1.6).
+_READ_MAPPINGS = frozenset({"none", "name"})
+# Field metadata of column mapping, which Spark's own read of the table drops from its schema.
+_MAPPING_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
+
+
 def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
-    """The table schema a checksum (``warehouse.table_summary``) records, when its columns are named
-    physically (no column mapping, so delta-rs's reads and Spark's agree), else None."""
+    """The table schema a checksum (``warehouse.table_summary``) records (logical names, without
+    column mapping's field metadata, as Spark reads it), when delta-rs reads the table by those names
+    (``_READ_MAPPINGS``), else None."""
     metadata = (summary or {}).get("metadata") or {}
     if not isinstance(metadata.get("schemaString"), str):
         return None
-    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") not in _READ_MAPPINGS:
         return None
-    return StructType.fromJson(json.loads(metadata["schemaString"]))
+    schema = json.loads(metadata["schemaString"])
+    return StructType.fromJson(_without_mapping(schema))
+
+
+def _without_mapping(schema: Any) -> Any:
+    """A Delta schema's JSON without column mapping's field metadata, nested fields included."""
+    if isinstance(schema, dict):
+        return {
+            key: (
+                {k: v for k, v in value.items() if k not in _MAPPING_KEYS}
+                if key == "metadata" and isinstance(value, dict)
+                else _without_mapping(value)
+            )
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_without_mapping(item) for item in schema]
+    return schema
 
 
 def read_small(session: SparkSession, settings: Settings, name: str, version: int) -> DataFrame | None:
     """Table ``name`` at ``version``, held on the driver, when it is small (``READ_LIMIT_BYTES``, by
     Spark's checksum file or, for a version delta-rs wrote, its log: ``warehouse.table_summary``,
-    whose schema it takes), the warehouse local and the table without column mapping (physical
-    names): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
+    whose schema it takes), the warehouse local and its columns read by name (``schema_of``: column
+    mapping "name" too): no Delta snapshot, file-skipping or scan job in Spark. Else None."""
     found = _small_rows(settings, name, version)
     return None if found is None else to_spark(session, *found)
 
