@@ -70,6 +70,21 @@ def test_distinct_rows_of_a_frame_not_held_are_made_distinct_by_spark(spark: Any
     assert sorted(r.k for r in found.collect()) == [0, 1, 2]
 
 
+def test_a_join_of_held_rows_is_not_local_without_optimizing_it(spark: Any) -> None:
+    """Only a chain of projections, filters and aliases over one local relation can fold into one:
+    anything else is known not local from the analyzed plan, the optimizer left for the query that
+    runs it (``hold_distinct`` optimizes the distinct again)."""
+    left = held.hold(spark, spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string"))
+    right = held.hold(spark, spark.createDataFrame([(1, 10)], "k long, n long"))
+    joined = left.join(right, "k").select("k", "n")
+    assert not held._is_local(joined)  # noqa: SLF001
+    assert "optimization" not in joined._jdf.queryExecution().tracker().phases().keySet().toString()  # noqa: SLF001
+    chained = left.alias("l").where("k > 1").select("v").limit(5).hint("broadcast")
+    assert held._is_local(chained)  # noqa: SLF001 - folded by the optimizer, asked
+    found, count = held.hold_distinct(spark, joined)
+    assert count == 1 and [tuple(r) for r in found.collect()] == [(1, 10)]
+
+
 def _counted_frame(spark: Any, rows: int) -> tuple[Any, Any]:
     """``rows`` rows through a UDF that counts its calls: how often the frame was computed."""
     from pyspark.sql import functions as F
