@@ -1,14 +1,16 @@
 """Where Delta tables live in the warehouse, and what their logs say — without a JVM.
 
 The coordinator and the maintainers decide "base unchanged → skip" before any Spark work, so
-these helpers read the Delta log without Spark (a SparkSession start is seconds). The only module
-that imports ``deltalake`` (delta-rs): its object store reads commit and checksum files of local
-and remote tables alike (``s3://``, ``gs://``, ``abfss://``…; ``Settings.storage`` says how to reach
-them), and gives a remote table's latest version. A local table's latest version is a listing of
-its ``_delta_log`` folder instead: ~0.02 ms, where delta-rs loads the whole snapshot (4-12 ms for a
-tiny table, ~50 ms with 2,500 files; ``bench/objectstore_log.py``).
-Delta-rs is used for versions, commit files and checksums only: its readers refuse tables with
-deletion vectors (MV tables have them) and its change feed refuses column mapping.
+these helpers read the Delta log without Spark (a SparkSession start is seconds). Outside the
+refresh engine, the only module that imports ``deltalake`` (delta-rs): its object store reads commit
+and checksum files of local and remote tables alike (``s3://``, ``gs://``, ``abfss://``…;
+``Settings.storage`` says how to reach them), and gives a remote table's latest version. A local
+table's latest version is a listing of its ``_delta_log`` folder instead: ~0.02 ms, where delta-rs
+loads the whole snapshot (4-12 ms for a tiny table, ~50 ms with 2,500 files;
+``bench/objectstore_log.py``).
+Here delta-rs is used for versions, commit files and checksums only; the refresh engine's delta-rs
+reads and commits (``workers.jobs.delta``, ``workers.jobs.changes.rs_reads``) say which tables they
+take.
 """
 
 from __future__ import annotations

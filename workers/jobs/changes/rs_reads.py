@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import log as deltalog
 from workers.jobs.delta.arrow import conform, record_read
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def _feed_readable(settings: Settings, table: DeltaTable, base: str, first: int,
     features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
     if features & _UNREAD_FEATURES or metadata.partition_columns:
         return False
-    if metadata.configuration.get("delta.columnMapping.mode", "none") != "none":
+    if deltalog.column_mapping_mode(metadata.configuration) != "none":
         return False
     schema = _schema_at(settings, base, first - 1) if first > 0 else None
     for version in range(first, until + 1):

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import log as deltalog
 from workers.jobs.spark.held import LOCAL_ROWS, rebind
 from workers.jobs.spark.session import Checksum, active_spark, confs, on_jvm_lost
 
@@ -118,10 +119,18 @@ def read_whole(
 # Column mapping modes whose tables delta-rs's query engine reads by their logical names, as Spark
 # does: "name" is what Spark sets for a column name Parquet cannot hold (an MV's unaliased
 # ``count(*)`` or ``sum(l_quantity)``). Only through ``QueryBuilder`` (``read_whole``): delta-rs's
-# ``to_pyarrow_table`` reads such a table's columns as all NULL (deltalake 1.6).
+# ``to_pyarrow_table`` reads such a table's columns as all NULL under protocol (2, 5), and raises
+# under table features (deltalake 1.6).
 _READ_MAPPINGS = frozenset({"none", "name"})
-# Field metadata of column mapping, which Spark's own read of the table drops from its schema.
-_MAPPING_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
+# Field metadata of column mapping (and of Iceberg compatibility's field ids), which Spark's own read
+# of the table drops from its schema.
+_MAPPING_KEYS = (
+    "delta.columnMapping.id",
+    "delta.columnMapping.physicalName",
+    "delta.columnMapping.nested.ids",
+    "parquet.field.id",
+    "parquet.field.nested.ids",
+)
 
 
 def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
@@ -131,7 +140,7 @@ def schema_of(summary: Mapping[str, Any] | None) -> StructType | None:
     metadata = (summary or {}).get("metadata") or {}
     if not isinstance(metadata.get("schemaString"), str):
         return None
-    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") not in _READ_MAPPINGS:
+    if deltalog.column_mapping_mode(metadata.get("configuration")) not in _READ_MAPPINGS:
         return None
     schema = json.loads(metadata["schemaString"])
     return StructType.fromJson(_without_mapping(schema))

@@ -30,6 +30,7 @@ from pyspark.sql.types import DataType, DateType
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import log as deltalog
 from workers.jobs.delta.key_filter import RANGE_TYPES, value_spans
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def _plain(table: DeltaTable) -> bool:
     plain_protocol = protocol.min_reader_version == 1 or (
         protocol.min_reader_version == 3 and features <= PLAIN_READER_FEATURES
     )
-    mapping = (metadata.configuration or {}).get("delta.columnMapping.mode", "none")
+    mapping = deltalog.column_mapping_mode(metadata.configuration)
     return plain_protocol and not metadata.partition_columns and mapping == "none"
 
 

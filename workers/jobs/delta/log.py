@@ -18,6 +18,7 @@ from workers.config import Settings
 from workers.jobs.spark.session import active_spark
 
 CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+COLUMN_MAPPING_PROPERTY = "delta.columnMapping.mode"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ def current_version(spark: SparkSession | None, settings: Settings, name: str) -
 def change_feed_on(configuration: Mapping[str, str]) -> bool:
     """Whether a table's properties (its ``metaData.configuration``) turn its change data feed on."""
     return configuration.get(CHANGE_FEED_PROPERTY, "false").lower() == "true"
+
+
+def column_mapping_mode(configuration: Mapping[str, str] | None) -> str:
+    """A table's column mapping mode by its properties: "none", "name" or "id"."""
+    return (configuration or {}).get(COLUMN_MAPPING_PROPERTY, "none")
 
 
 def iter_commits(

@@ -107,7 +107,7 @@ def _writable(table: DeltaTable) -> bool:
     if protocol.min_writer_version > 7 or not features <= _WRITABLE_FEATURES:
         return False
     config = table.metadata().configuration
-    return not deltalog.change_feed_on(config) and config.get("delta.columnMapping.mode", "none") == "none"
+    return not deltalog.change_feed_on(config) and deltalog.column_mapping_mode(config) == "none"
 
 
 def read_rows(

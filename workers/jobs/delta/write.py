@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta.metadata import (
     MATERIALIZE_SOURCE_CONF,
@@ -167,10 +168,11 @@ def overwrite(settings: Settings, name: str, version: int | None, frame: DataFra
 def column_mapping(schema: StructType) -> dict[str, str]:
     """The table option that lets ``schema``'s column names be stored: column mapping by name where a
     name has characters Delta refuses without it (Spark names an unnamed expression by its text,
-    ``sum(l_quantity)``), nothing elsewhere. delta-rs neither reads nor writes such tables for mvs
-    (``rs_commit``); Spark's writes, MERGE and change data feed work on them."""
+    ``sum(l_quantity)``), nothing elsewhere. delta-rs reads such a table when it is small
+    (``arrow.schema_of``) but never writes it (``rs_commit``); Spark's writes, MERGE and change data
+    feed work on them."""
     if any(set(name) & INVALID_CHARACTERS for name in schema.names):
-        return {"delta.columnMapping.mode": "name"}
+        return {deltalog.COLUMN_MAPPING_PROPERTY: "name"}
     return {}
 
 

@@ -138,8 +138,10 @@ def _column_type(frame: DataFrame, column: str) -> str:
 
 def _union(ev: Evaluation, found: list[Keys]) -> Keys:
     """One set of the keys (of one type: ``keyed_block_delta``); each set once (Q21's three lineitem
-    occurrences hold the same change rows: one memoized set)."""
+    occurrences hold the same change rows: one memoized set). An empty set adds nothing: an insert-only
+    run's lost keys, say; dropped, the other set is taken as it is, with no job for its distinct."""
     found = list({id(k): k for k in found}.values())
+    found = [k for k in found if k.rows] or found[:1]
     if len(found) == 1:
         return found[0]
     return ev.distinct_keys(reduce(DataFrame.union, [k.frame.select(F.col(KEY)) for k in found]))
