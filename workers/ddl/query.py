@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -24,6 +24,7 @@ from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
 from workers.ddl.fast_top import top_n_verdict
 from workers.ddl.output_names import output_columns
 from workers.ddl.plan import QueryPlan
+from workers.ddl.read_columns import read_columns
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.build import plan_tree
 
@@ -122,9 +123,13 @@ def analyze_query(
         tables = base_table_nodes(tree)
         check_constructs(tree, extra)
         base_tables = tuple(sorted({t.name.lower() for t in tables}))
-        verdict = top_n_verdict(
+        top = top_n_verdict(
             tree, sql, lambda inner: _fast_verdict(parse_query(inner), base_tables, inner, columns_of)
-        ) or _fast_verdict(tree, base_tables, sql, columns_of)
+        )
+        if top is not None:
+            verdict = _reading(top, tree, base_tables, columns_of)
+        else:
+            verdict = _fast_verdict(tree, base_tables, sql, columns_of)
         normalized = tree.sql(dialect=DIALECT)
     except RecursionError as error:  # sqlglot recurses over the tree (scopes, rendering)
         raise _too_deep() from error
@@ -145,7 +150,17 @@ def _fast_verdict(
     verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
     if verdict.plan is None and not verdict.needs_columns and columns_of is not None:
         verdict = _tree_or(verdict, plan_tree(tree, base_tables, columns_of))
-    return verdict
+    return _reading(verdict, tree, base_tables, columns_of)
+
+
+def _reading(
+    verdict: FastVerdict, tree: exp.Query, base_tables: tuple[str, ...], columns_of: ColumnsOf | None
+) -> FastVerdict:
+    """``verdict``'s plan with the columns of each base table ``tree`` reads (``read_columns``)."""
+    if verdict.plan is None or columns_of is None:
+        return verdict
+    read = read_columns(tree, base_tables, columns_of)
+    return replace(verdict, plan=replace(verdict.plan, read_columns=read))
 
 
 def _tree_or(shape: FastVerdict, tree: FastVerdict | None) -> FastVerdict:

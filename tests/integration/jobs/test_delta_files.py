@@ -18,10 +18,13 @@ from workers import warehouse
 from workers.config import Settings
 from workers.jobs.complete import read_at
 from workers.jobs.delta import files
+from workers.jobs.fast.apply import Scope
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = "id long, day date, note string"
+CHANGES = "_change_type string, _commit_version long, _commit_timestamp timestamp"
+CHANGES_NAMES = ["_change_type", "_commit_version", "_commit_timestamp"]
 _names = itertools.count()
 _ids = st.one_of(st.none(), st.integers(-20, 20))
 _days = st.one_of(st.none(), st.dates(datetime.date(2000, 1, 1), datetime.date(2000, 1, 20)))
@@ -94,6 +97,29 @@ def test_only_the_files_a_value_range_meets_are_read(spark: Any, local_settings:
     assert with_nulls is not None and len(with_nulls.inputFiles()) == 2
     nowhere = files.read_within(frame, "id", [1000], 4)
     assert nowhere is not None and nowhere.count() == 0 and nowhere.schema == frame.schema
+
+
+def test_a_base_read_narrowed_to_the_columns_a_query_reads_still_reads_only_their_files(
+    spark: Any, local_settings: Settings
+) -> None:
+    """A FAST run sees a base with the columns its query reads only (``Scope.read_columns``): its
+    Delta read narrowed so is still read by the files a key's values can be in, those columns only;
+    its change rows keep the change feed's columns too."""
+    path = warehouse.table_path(local_settings, "wide")
+    for a in (0, 100):  # a file a commit: ids 0-99, 100-199
+        spark.sql(f"SELECT id, DATE'2000-01-01' AS day, 'n' AS note FROM range({a}, {a + 100})").coalesce(
+            1
+        ).write.format("delta").mode("append").save(path)
+    scope = Scope(spark, local_settings, "mv_wide", read_columns={"wide": ("id", "note")})
+    whole = scope.bases_at({"wide": (1, 1)})[0]["wide"]  # small and unchanged: held whole
+    delta_read = scope.bases_at({"wide": (0, 1)})[1]["wide"]  # changed: Delta's read at v1
+    assert whole.columns == ["id", "note"] and delta_read.columns == ["id", "note"]
+    inside = files.read_within(delta_read, "id", [150], 4)
+    assert inside is not None and len(inside.inputFiles()) == 1
+    assert inside.columns == ["id", "note"] and inside.where("id = 150").count() == 1
+    changes = spark.createDataFrame([(1, None, "x", "insert", 1, None)], f"{SCHEMA}, {CHANGES}")
+    assert scope._as_read("wide", changes).columns == ["id", "note", *CHANGES_NAMES]  # noqa: SLF001
+    assert Scope(spark, local_settings, "mv_all")._as_read("wide", changes) is changes  # noqa: SLF001
 
 
 def test_tables_whose_files_do_not_read_as_parquet_alone_go_through_delta(

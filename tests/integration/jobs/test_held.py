@@ -85,6 +85,23 @@ def test_a_join_of_held_rows_is_not_local_without_optimizing_it(spark: Any) -> N
     assert count == 1 and [tuple(r) for r in found.collect()] == [(1, 10)]
 
 
+def test_held_rows_narrowed_to_some_columns_are_a_local_relation_of_them_without_a_job(spark: Any) -> None:
+    """Change rows held with every base column, narrowed to the columns a query reads: projected once,
+    on the driver, into a local relation of those columns only (a query over it then has no projection
+    of its rows left to fold); a frame not held stays a lazy projection."""
+    local = held.hold(spark, spark.createDataFrame(_EXAMPLE, SCHEMA))
+    with job_group(spark, "held-narrowed", "narrow held rows"):
+        narrowed = held.narrowed(spark, local, ["k", "day"])
+        rows = _multiset(narrowed)
+    assert spark_jobs(spark, "held-narrowed") == 0
+    assert rows == _multiset(local.select("k", "day"))
+    plan = narrowed._jdf.queryExecution().analyzed()  # noqa: SLF001
+    assert plan.getClass().getSimpleName() == "LocalRelation" and plan.output().size() == 2
+    assert held.narrowed(spark, local, local.columns) is local  # every column: as it is
+    lazy = held.narrowed(spark, spark.range(3).selectExpr("id AS k", "id * 2 AS v"), ["v"])
+    assert lazy.columns == ["v"] and sorted(r.v for r in lazy.collect()) == [0, 2, 4]
+
+
 def _counted_frame(spark: Any, rows: int) -> tuple[Any, Any]:
     """``rows`` rows through a UDF that counts its calls: how often the frame was computed."""
     from pyspark.sql import functions as F

@@ -37,7 +37,9 @@ def normalized(tree: exp.Query, columns: Mapping[str, Sequence[str]]) -> exp.Que
         table: {c.lower(): _ANY_TYPE for c in names} for table, names in columns.items()
     }
     try:
-        qualified = qualify(tree.copy(), schema=schema, dialect=DIALECT, quote_identifiers=True)
+        qualified = qualify(
+            _exists_of_one(tree.copy()), schema=schema, dialect=DIALECT, quote_identifiers=True
+        )
     except OptimizeError as error:
         raise Unresolved(f"the query's columns could not be resolved against its tables ({error})") from error
     assert isinstance(qualified, exp.Query)
@@ -45,6 +47,17 @@ def normalized(tree: exp.Query, columns: Mapping[str, Sequence[str]]) -> exp.Que
     merged = merge_subqueries(inlined)
     assert isinstance(merged, exp.Query)
     return merged
+
+
+def _exists_of_one(query: exp.Query) -> exp.Query:
+    """``query`` with each ``EXISTS (SELECT * …)`` selecting 1 instead: the same rows exist, and
+    ``qualify`` does not expand the star into every column of the subquery's tables, which the run
+    would then hold (``workers.ddl.read_columns``: TPC-H Q4, Q21, Q22)."""
+    for exists in query.find_all(exp.Exists):
+        select = exists.this
+        if isinstance(select, exp.Select) and [type(e) for e in select.expressions] == [exp.Star]:
+            select.set("expressions", [exp.Literal.number(1)])
+    return query
 
 
 def _ctes_inlined(query: exp.Query) -> exp.Query:

@@ -60,6 +60,15 @@ def remember(frame: DataFrame, settings: Settings, name: str, version: int) -> D
     return frame
 
 
+def same_read(frame: DataFrame, source: DataFrame) -> DataFrame:
+    """``frame``, some of ``source``'s columns, marked as ``source``'s Delta read where it is one:
+    ``read_within`` then reads those columns of its files."""
+    read = _reads.get(source)
+    if read is not None:
+        _reads[frame] = read
+    return frame
+
+
 def read_within(frame: DataFrame, column: str, values: Sequence[object], most: int) -> DataFrame | None:
     """``frame`` (a ``remember``-ed Delta read) as the Parquet files whose statistics of ``column``
     meet one of at most ``most`` ranges of the non-NULL ``values`` (files with NULLs in it too when

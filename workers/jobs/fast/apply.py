@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -34,11 +34,12 @@ from pyspark.sql.types import MapType, StructType, VariantType
 from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
+from workers.jobs.changes.mvlog import CHANGE_COLUMNS
 from workers.jobs.changes.reads import Changes
 from workers.jobs.changes.reads import read as read_changes
 from workers.jobs.complete import read_at, run_query
 from workers.jobs.delta import arrow as rs_arrow
-from workers.jobs.delta import rs_commit
+from workers.jobs.delta import files, rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
 from workers.jobs.delta.rs_commit import PlainMerge
 from workers.jobs.delta.write import MergeSpec, Target
@@ -103,6 +104,8 @@ class Scope:
     # that replaced the change): what a steady run would not pay, so the cost model learns the two
     # apart (``workers.worker.costs``).
     rebuilt: Rebuilt = NO_REBUILD
+    # Each base's columns the MV query reads (``FastRefreshPlan.read_columns``); None: every column.
+    read_columns: Mapping[str, Sequence[str]] | None = None
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
     _rebuilding: int = field(default=0, init=False, repr=False)
 
@@ -150,17 +153,17 @@ class Scope:
         snapshot, file-skipping or broadcast job per term reading them."""
         session, settings = self.session, self.settings
         whole = {
-            b: frame
+            b: self._as_read(b, frame)
             for b, (since, until) in ranges.items()
             if since == until
             and (frame := rs_arrow.read_small_kept(session, settings, b, since, self.checksum)) is not None
         }
         old = {
-            b: whole[b] if b in whole else read_at(session, settings, b, since)
+            b: whole[b] if b in whole else self._as_read(b, read_at(session, settings, b, since))
             for b, (since, _) in ranges.items()
         }
         new = {
-            b: old[b] if since == until else read_at(session, settings, b, until)
+            b: old[b] if since == until else self._as_read(b, read_at(session, settings, b, until))
             for b, (since, until) in ranges.items()
         }
         return old, new, frozenset(whole)
@@ -170,7 +173,18 @@ class Scope:
         many of them make the run compile its plans (``session.compile_for``)."""
         found = read_changes(self.session, self.settings, base, since, until)
         compile_for(self.session, found.rows)
-        return found
+        return replace(found, frame=self._as_read(base, found.frame))
+
+    def _as_read(self, base: str, frame: DataFrame) -> DataFrame:
+        """``frame`` (``base``'s rows, or its change rows) with only the columns of it the query reads
+        (``read_columns``) and the change feed's own: held rows projected once a run, not by every
+        query over them (``held.narrowed``). Every frame of a base the same, whatever reads it."""
+        read = (self.read_columns or {}).get(base)
+        if read is None:
+            return frame
+        wanted = {c.lower() for c in (*read, *CHANGE_COLUMNS.names)}
+        narrowed = held.narrowed(self.session, frame, [c for c in frame.columns if c.lower() in wanted])
+        return files.same_read(narrowed, frame)  # a Delta read still narrowed to files by key
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
         """The MV query, as written, over ``rows`` as its base table (a temp view named ``base``)."""
@@ -204,16 +218,33 @@ class Scope:
 
 
 def table_scope(
-    session: SparkSession, settings: Settings, name: str, version: int, run_id: str, checksum: Checksum
+    session: SparkSession,
+    settings: Settings,
+    name: str,
+    version: int,
+    run_id: str,
+    checksum: Checksum,
+    read_columns: Mapping[str, Sequence[str]] | None,
 ) -> tuple[Scope, Target]:
     """The scope of a run that commits to table ``name`` (an MV, or a top-N MV's rows table) read at
     ``version``, and that commit's target: whether delta-rs may commit to it and read it, decided
-    once here from Delta's checksum of that version."""
+    once here from Delta's checksum of that version. ``read_columns``: the plan's (``Scope``)."""
     summary = checksum(name, version)
     target = Target(settings, name, version, summary, rs_commit.usable(settings, name, version))
     reads = target.delta_rs and rs_arrow.small(summary)
     schema = rs_arrow.schema_of(summary) if target.delta_rs else None
-    scope = Scope(session, settings, name, version, target.delta_rs, reads, schema, run_id, checksum=checksum)
+    scope = Scope(
+        session,
+        settings,
+        name,
+        version,
+        target.delta_rs,
+        reads,
+        schema,
+        run_id,
+        checksum=checksum,
+        read_columns=read_columns,
+    )
     return scope, target
 
 

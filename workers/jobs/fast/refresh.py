@@ -120,7 +120,13 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
         _check_schema_once(session, settings, request, plan, state, checksum)
         groups.check_cancelled(request.job_group)
         scope, target = apply.table_scope(
-            session, settings, request.mv_name, state.mv_version, request.run_id, checksum
+            session,
+            settings,
+            request.mv_name,
+            state.mv_version,
+            request.run_id,
+            checksum,
+            plan.columns_by_table,
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)

@@ -121,7 +121,9 @@ def _maintain(
     version = deltalog.current_version(session, settings, name)
     assert version is not None, "a trusted rows table exists"
     checksum = session_module.run_checksums(settings)
-    inner_scope, target = apply.table_scope(session, settings, name, version, run.request.run_id, checksum)
+    inner_scope, target = apply.table_scope(
+        session, settings, name, version, run.request.run_id, checksum, scope.read_columns
+    )
     try:
         change, shared = inner_rule(inner_scope, run)
         state = StateStore(session, settings, name, run.mv)

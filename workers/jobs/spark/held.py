@@ -8,6 +8,7 @@ plans its source several times re-reads no change data and rebuilds no time-trav
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -71,6 +72,20 @@ def hold_distinct(session: SparkSession, frame: DataFrame) -> tuple[DataFrame, i
     jvm = session._jvm  # noqa: SLF001
     distinct = jvm.java.util.ArrayList(jvm.java.util.LinkedHashSet(rows))  # type: ignore[union-attr]
     return _on_driver(session, distinct, frame), int(distinct.size())
+
+
+def narrowed(session: SparkSession, frame: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``frame`` with only ``columns`` (of its own, in its order). Where ``frame`` is held as a local
+    relation its rows are projected once, here, without a job: every query over them would project
+    them again, row by row, before it plans (``ConvertToLocalRelation``). Else a lazy projection,
+    which Spark's scans prune."""
+    if len(columns) == len(frame.columns):
+        return frame
+    projected = frame.select(*[F.col(f"`{c}`") for c in columns])
+    if not _is_local(projected):
+        return projected
+    rows = projected._jdf.collectAsList()  # noqa: SLF001 - a local relation: served by the driver, no job
+    return _on_driver(session, rows, projected)
 
 
 # Analyzed plan nodes the optimizer may fold, with the local relation under them, into a local
