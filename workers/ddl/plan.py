@@ -147,9 +147,10 @@ class FastRefreshPlan:
     tree: str | None = None
     # Kind ``top_n``: the query without its ORDER BY … LIMIT, its plan, and the two clauses.
     top_n: TopN | None = None
-    # Each base table with the columns of it the query reads (``workers.ddl.read_columns``); None:
-    # any column (a star, a NATURAL JOIN, a plan from before this field).
-    read_columns: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # The names (lower case) a run holds its bases' columns of: every word of the query and of the SQL
+    # its operator tree runs (``workers.ddl.read_names``); None: any column (a star, a NATURAL JOIN,
+    # a plan from before this field).
+    read_names: tuple[str, ...] | None = None
 
     @property
     def base_tables(self) -> tuple[str, ...]:
@@ -157,11 +158,6 @@ class FastRefreshPlan:
         if self.top_n is not None:
             return self.top_n.inner.base_tables
         return tuple(dict.fromkeys(t.table for t in self.tables)) if self.tables else (self.base_table,)
-
-    @property
-    def columns_by_table(self) -> dict[str, tuple[str, ...]] | None:
-        """``read_columns`` by table; None where the query may read any column."""
-        return None if self.read_columns is None else dict(self.read_columns)
 
     @property
     def needs_recompute_on_delete(self) -> bool:
@@ -232,7 +228,7 @@ def fast_plan_record(fast: FastRefreshPlan) -> dict[str, Any]:
         "source": fast.source,
         "tree": fast.tree,
         "top_n": None if fast.top_n is None else json.dumps(_top_n_record(fast.top_n), sort_keys=True),
-        "read_columns": None if fast.read_columns is None else {t: list(c) for t, c in fast.read_columns},
+        "read_names": None if fast.read_names is None else list(fast.read_names),
     }
 
 
@@ -283,14 +279,8 @@ def fast_plan_from_record(fast: Mapping[str, Any]) -> FastRefreshPlan:
         source=fast.get("source"),
         tree=fast.get("tree"),
         top_n=_top_n(fast.get("top_n")),
-        read_columns=_read_columns(fast.get("read_columns")),
+        read_names=None if fast.get("read_names") is None else tuple(fast["read_names"]),
     )
-
-
-def _read_columns(record: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
-    if record is None:
-        return None
-    return tuple((table, tuple(columns)) for table, columns in record.items())
 
 
 def _top_n(text: str | None) -> TopN | None:

@@ -24,7 +24,7 @@ from workers.ddl.fast import FastRefreshPlan, FastVerdict, plan_fast_refresh
 from workers.ddl.fast_top import top_n_verdict
 from workers.ddl.output_names import output_columns
 from workers.ddl.plan import QueryPlan
-from workers.ddl.read_columns import read_columns
+from workers.ddl.read_names import read_names
 from workers.ddl.resolve import ColumnsOf
 from workers.ddl.tree.build import plan_tree
 
@@ -127,7 +127,7 @@ def analyze_query(
             tree, sql, lambda inner: _fast_verdict(parse_query(inner), base_tables, inner, columns_of)
         )
         if top is not None:
-            verdict = _reading(top, tree, base_tables, columns_of)
+            verdict = _reading(top, sql, tree, base_tables, columns_of)
         else:
             verdict = _fast_verdict(tree, base_tables, sql, columns_of)
         normalized = tree.sql(dialect=DIALECT)
@@ -150,17 +150,25 @@ def _fast_verdict(
     verdict = plan_fast_refresh(tree, base_tables, sql, columns_of)
     if verdict.plan is None and not verdict.needs_columns and columns_of is not None:
         verdict = _tree_or(verdict, plan_tree(tree, base_tables, columns_of))
-    return _reading(verdict, tree, base_tables, columns_of)
+    return _reading(verdict, sql, tree, base_tables, columns_of)
 
 
 def _reading(
-    verdict: FastVerdict, tree: exp.Query, base_tables: tuple[str, ...], columns_of: ColumnsOf | None
+    verdict: FastVerdict,
+    sql: str,
+    tree: exp.Query,
+    base_tables: tuple[str, ...],
+    columns_of: ColumnsOf | None,
 ) -> FastVerdict:
-    """``verdict``'s plan with the columns of each base table ``tree`` reads (``read_columns``)."""
+    """``verdict``'s plan with the names of the columns its runs hold (``read_names``), where every
+    base table's columns are known (the coordinator's analysis); else its runs hold every column."""
     if verdict.plan is None or columns_of is None:
         return verdict
-    read = read_columns(tree, base_tables, columns_of)
-    return replace(verdict, plan=replace(verdict.plan, read_columns=read))
+    found = {table: columns_of(table) for table in base_tables}
+    columns = {table: tuple(names) for table, names in found.items() if names is not None}
+    if len(columns) < len(found):
+        return verdict
+    return replace(verdict, plan=replace(verdict.plan, read_names=read_names(sql, tree, columns)))
 
 
 def _tree_or(shape: FastVerdict, tree: FastVerdict | None) -> FastVerdict:

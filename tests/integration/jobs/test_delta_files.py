@@ -102,15 +102,16 @@ def test_only_the_files_a_value_range_meets_are_read(spark: Any, local_settings:
 def test_a_base_read_narrowed_to_the_columns_a_query_reads_still_reads_only_their_files(
     spark: Any, local_settings: Settings
 ) -> None:
-    """A FAST run sees a base with the columns its query reads only (``Scope.read_columns``): its
+    """A FAST run holds a base with the columns its query may read only (``Scope.read_names``): its
     Delta read narrowed so is still read by the files a key's values can be in, those columns only;
-    its change rows keep the change feed's columns too."""
+    its change rows keep the change feed's columns too; a base none of whose columns is named keeps
+    its first (no frame of no columns)."""
     path = warehouse.table_path(local_settings, "wide")
     for a in (0, 100):  # a file a commit: ids 0-99, 100-199
         spark.sql(f"SELECT id, DATE'2000-01-01' AS day, 'n' AS note FROM range({a}, {a + 100})").coalesce(
             1
         ).write.format("delta").mode("append").save(path)
-    scope = Scope(spark, local_settings, "mv_wide", read_columns={"wide": ("id", "note")})
+    scope = Scope(spark, local_settings, "mv_wide", read_names=("id", "note", "other"))
     whole = scope.bases_at({"wide": (1, 1)})[0]["wide"]  # small and unchanged: held whole
     delta_read = scope.bases_at({"wide": (0, 1)})[1]["wide"]  # changed: Delta's read at v1
     assert whole.columns == ["id", "note"] and delta_read.columns == ["id", "note"]
@@ -118,8 +119,11 @@ def test_a_base_read_narrowed_to_the_columns_a_query_reads_still_reads_only_thei
     assert inside is not None and len(inside.inputFiles()) == 1
     assert inside.columns == ["id", "note"] and inside.where("id = 150").count() == 1
     changes = spark.createDataFrame([(1, None, "x", "insert", 1, None)], f"{SCHEMA}, {CHANGES}")
-    assert scope._as_read("wide", changes).columns == ["id", "note", *CHANGES_NAMES]  # noqa: SLF001
-    assert Scope(spark, local_settings, "mv_all")._as_read("wide", changes) is changes  # noqa: SLF001
+    assert scope._as_read(changes).columns == ["id", "note", *CHANGES_NAMES]  # noqa: SLF001
+    counted = Scope(spark, local_settings, "mv_count", read_names=("n",))  # SELECT count(*) AS n
+    assert counted._as_read(changes).columns == ["id", *CHANGES_NAMES]  # noqa: SLF001
+    assert counted.bases_at({"wide": (0, 1)})[1]["wide"].columns == ["id"]
+    assert Scope(spark, local_settings, "mv_all")._as_read(changes) is changes  # noqa: SLF001
 
 
 def test_tables_whose_files_do_not_read_as_parquet_alone_go_through_delta(

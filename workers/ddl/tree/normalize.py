@@ -49,13 +49,18 @@ def normalized(tree: exp.Query, columns: Mapping[str, Sequence[str]]) -> exp.Que
     return merged
 
 
+def exists_of_star(select: exp.Select) -> bool:
+    """``select`` is the ``SELECT *`` of an ``EXISTS (SELECT * …)``: it asks whether a row exists,
+    whatever its columns."""
+    return isinstance(select.parent, exp.Exists) and [type(e) for e in select.expressions] == [exp.Star]
+
+
 def _exists_of_one(query: exp.Query) -> exp.Query:
     """``query`` with each ``EXISTS (SELECT * …)`` selecting 1 instead: the same rows exist, and
     ``qualify`` does not expand the star into every column of the subquery's tables, which the run
-    would then hold (``workers.ddl.read_columns``: TPC-H Q4, Q21, Q22)."""
-    for exists in query.find_all(exp.Exists):
-        select = exists.this
-        if isinstance(select, exp.Select) and [type(e) for e in select.expressions] == [exp.Star]:
+    would then hold (``workers.ddl.read_names``: TPC-H Q4, Q21, Q22)."""
+    for select in list(query.find_all(exp.Select)):
+        if exists_of_star(select):
             select.set("expressions", [exp.Literal.number(1)])
     return query
 

@@ -22,7 +22,7 @@ This module holds the shared parts (``Scope``, ``Change``, ``StateWrite``) and t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import reduce
@@ -104,8 +104,8 @@ class Scope:
     # that replaced the change): what a steady run would not pay, so the cost model learns the two
     # apart (``workers.worker.costs``).
     rebuilt: Rebuilt = NO_REBUILD
-    # Each base's columns the MV query reads (``FastRefreshPlan.read_columns``); None: every column.
-    read_columns: Mapping[str, Sequence[str]] | None = None
+    # The names of the bases' columns the run holds (``FastRefreshPlan.read_names``); None: every column.
+    read_names: Collection[str] | None = None
     _snapshot: DataFrame | None = field(default=None, init=False, repr=False)
     _rebuilding: int = field(default=0, init=False, repr=False)
 
@@ -153,17 +153,17 @@ class Scope:
         snapshot, file-skipping or broadcast job per term reading them."""
         session, settings = self.session, self.settings
         whole = {
-            b: self._as_read(b, frame)
+            b: self._as_read(frame)
             for b, (since, until) in ranges.items()
             if since == until
             and (frame := rs_arrow.read_small_kept(session, settings, b, since, self.checksum)) is not None
         }
         old = {
-            b: whole[b] if b in whole else self._as_read(b, read_at(session, settings, b, since))
+            b: whole[b] if b in whole else self._as_read(read_at(session, settings, b, since))
             for b, (since, _) in ranges.items()
         }
         new = {
-            b: old[b] if since == until else self._as_read(b, read_at(session, settings, b, until))
+            b: old[b] if since == until else self._as_read(read_at(session, settings, b, until))
             for b, (since, until) in ranges.items()
         }
         return old, new, frozenset(whole)
@@ -173,17 +173,21 @@ class Scope:
         many of them make the run compile its plans (``session.compile_for``)."""
         found = read_changes(self.session, self.settings, base, since, until)
         compile_for(self.session, found.rows)
-        return replace(found, frame=self._as_read(base, found.frame))
+        return replace(found, frame=self._as_read(found.frame))
 
-    def _as_read(self, base: str, frame: DataFrame) -> DataFrame:
-        """``frame`` (``base``'s rows, or its change rows) with only the columns of it the query reads
-        (``read_columns``) and the change feed's own: held rows projected once a run, not by every
-        query over them (``held.narrowed``). Every frame of a base the same, whatever reads it."""
-        read = (self.read_columns or {}).get(base)
-        if read is None:
+    def _as_read(self, frame: DataFrame) -> DataFrame:
+        """``frame`` (a base's rows, or its change rows) with only its columns the query may read
+        (``read_names``) and the change feed's own: held rows projected once a run, not by every query
+        over them (``held.narrowed``). The frames a rule combines (rows at old and at new, change rows:
+        ``bases_at``, ``changes``) alike; a base that reads none keeps its first column (no frame of
+        no columns)."""
+        if self.read_names is None:
             return frame
-        wanted = {c.lower() for c in (*read, *CHANGE_COLUMNS.names)}
-        narrowed = held.narrowed(self.session, frame, [c for c in frame.columns if c.lower() in wanted])
+        wanted = {c.lower() for c in (*self.read_names, *CHANGE_COLUMNS.names)}
+        kept = [c for c in frame.columns if c.lower() in wanted]
+        if all(c in CHANGE_COLUMNS.names for c in kept):
+            kept = [c for i, c in enumerate(frame.columns) if i == 0 or c in kept]
+        narrowed = held.narrowed(self.session, frame, kept)
         return files.same_read(narrowed, frame)  # a Delta read still narrowed to files by key
 
     def run_query(self, query: str, base: str, rows: DataFrame) -> DataFrame:
@@ -224,11 +228,11 @@ def table_scope(
     version: int,
     run_id: str,
     checksum: Checksum,
-    read_columns: Mapping[str, Sequence[str]] | None,
+    read_names: Collection[str] | None,
 ) -> tuple[Scope, Target]:
     """The scope of a run that commits to table ``name`` (an MV, or a top-N MV's rows table) read at
     ``version``, and that commit's target: whether delta-rs may commit to it and read it, decided
-    once here from Delta's checksum of that version. ``read_columns``: the plan's (``Scope``)."""
+    once here from Delta's checksum of that version. ``read_names``: the plan's (``Scope``)."""
     summary = checksum(name, version)
     target = Target(settings, name, version, summary, rs_commit.usable(settings, name, version))
     reads = target.delta_rs and rs_arrow.small(summary)
@@ -243,7 +247,7 @@ def table_scope(
         schema,
         run_id,
         checksum=checksum,
-        read_columns=read_columns,
+        read_names=read_names,
     )
     return scope, target
 

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.ddl.plan import FastRefreshPlan
+from workers.jobs.changes.mvlog import CHANGE_COLUMNS
 from workers.jobs.changes.reads import Changes
 from workers.jobs.complete import run_query
 from workers.jobs.delta import files
@@ -48,7 +49,7 @@ from workers.jobs.spark.columns import col, q
 KEY_FILTER_LIMIT = 1000
 KEY_RANGES = 32
 RANGE_KEYS_LIMIT = 100_000
-_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_CHANGE_COLUMNS = CHANGE_COLUMNS.names
 _KEY = "__mvs_key"  # a helper column (incremental_apply's prefix): never reaches the MV
 # A term's change rows' ``_change_type``, under a name no base has (``signed_delta``).
 CHANGE_TYPE = "__mvs_change_type"

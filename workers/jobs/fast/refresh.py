@@ -126,7 +126,7 @@ def refresh_incremental(spark: SparkSession, settings: Settings, request: RunReq
             state.mv_version,
             request.run_id,
             checksum,
-            plan.columns_by_table,
+            plan.read_names,
         )
         try:
             run = Run(settings, request, plan, state.ranges, state.watermark)

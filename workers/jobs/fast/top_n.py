@@ -122,7 +122,7 @@ def _maintain(
     assert version is not None, "a trusted rows table exists"
     checksum = session_module.run_checksums(settings)
     inner_scope, target = apply.table_scope(
-        session, settings, name, version, run.request.run_id, checksum, scope.read_columns
+        session, settings, name, version, run.request.run_id, checksum, scope.read_names
     )
     try:
         change, shared = inner_rule(inner_scope, run)

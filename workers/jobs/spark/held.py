@@ -14,6 +14,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from workers.jobs.spark.columns import q
+
 # The most rows one frame holds on the driver; beyond it the frame is kept on the executors instead
 # (``localCheckpoint``), so the worker's memory bounds no change size (a bulk load, a backfill).
 DRIVER_ROWS_LIMIT = 100_000
@@ -81,7 +83,7 @@ def narrowed(session: SparkSession, frame: DataFrame, columns: Sequence[str]) ->
     which Spark's scans prune."""
     if len(columns) == len(frame.columns):
         return frame
-    projected = frame.select(*[F.col(f"`{c}`") for c in columns])
+    projected = frame.select(*[F.col(q(c)) for c in columns])
     if not _is_local(projected):
         return projected
     rows = projected._jdf.collectAsList()  # noqa: SLF001 - a local relation: served by the driver, no job

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.ddl.tree.values import Aggregate, Keyed, Node, Scan, Union, identity
+from workers.jobs.changes.mvlog import CHANGE_COLUMNS
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.operators.inner_join import block_delta
@@ -24,7 +25,7 @@ from workers.jobs.fast.operators.scan import ScanFrames
 from workers.jobs.fast.operators.union_all import union_delta
 from workers.jobs.spark.held import hold_counted, hold_distinct
 
-_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_CHANGE_COLUMNS = CHANGE_COLUMNS.names
 _GAINED = "__mvs_gained"  # a held change row's sign (true: gained), beside the node's columns
 
 
