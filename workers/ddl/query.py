@@ -7,6 +7,7 @@ watermarks) and *how* it may be refreshed (the fast-refresh plan, see ``workers.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -118,6 +119,8 @@ def analyze_query(
     with names the query reads that passed the naming rules.
     """
     extra = allowed_functions_from_env() if extra_functions is None else tuple(extra_functions)
+    # Each table's columns read once per analysis (its Delta log): the planners and ``_reading`` ask again.
+    columns_of = functools.cache(columns_of) if columns_of is not None else None
     try:
         tree = parse_query(sql)
         tables = base_table_nodes(tree)
