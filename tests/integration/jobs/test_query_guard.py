@@ -4,6 +4,7 @@ session has the settings that close escapes."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -201,27 +202,39 @@ def test_an_accepted_parse_is_remembered_only_for_its_tables_mv_and_functions(sp
         check_parsed(spark, text, tables=["sales"], mv_name="sales", extra_functions=["my_udf"])
 
 
-def test_an_analyzed_plan_is_walked_once_per_run_session_and_always_elsewhere(
+def test_an_analyzed_plan_is_walked_once_per_text_views_and_functions(
     spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     walks: list[str] = []
     walk = guard._check_analyzed  # noqa: SLF001 - counted, not replaced
     monkeypatch.setattr(guard, "_check_analyzed", lambda s, f, t, n: walks.append("walk") or walk(s, f, t, n))
-    text = "SELECT lower(name) AS n FROM people"
-    run = run_session(spark)
-    run.createDataFrame([("Ann",)], "name string").createOrReplaceTempView("people")
+    text = f"SELECT lower(name) AS n_{uuid.uuid4().hex} FROM people"  # a text no other test checked
+
+    def people(session: Any) -> Any:
+        session.createDataFrame([("Ann",)], "name string").createOrReplaceTempView("people")
+        return session
+
+    run = people(run_session(spark))
     for _ in range(3):
-        assert guarded_sql(run, text, tables=["people"], mv_name="mv").collect()[0].n == "ann"
+        assert guarded_sql(run, text, tables=["people"], mv_name="mv").collect()[0][0] == "ann"
     assert len(walks) == 1  # the run's later checks of the same text over the same views are remembered
+    assert guarded_sql(people(run_session(spark)), text, tables=["people"], mv_name="mv").collect()
+    assert len(walks) == 1  # and the next run's
     assert guarded_sql(run, text.replace("lower", "upper"), tables=["people"], mv_name="mv").collect()
     assert len(walks) == 2
-    # A long-lived session's function registry may change between two checks (a UDF registered under
-    # a name): there every check walks.
-    other = spark.newSession()
-    other.createDataFrame([("Ann",)], "name string").createOrReplaceTempView("people")
-    for _ in range(2):
-        assert guarded_sql(other, text, tables=["people"], mv_name="mv").collect()
+    assert guarded_sql(run, text, tables=["people", "other"], mv_name="mv").collect()
+    assert len(walks) == 3  # other views
+    # Where a name resolves otherwise, the text is walked again: ``other`` a temp view now (before: a
+    # catalog table would have been read under that name), a function registered since.
+    again = people(run_session(spark))
+    again.createDataFrame([(1,)], "id int").createOrReplaceTempView("other")
+    assert guarded_sql(again, text, tables=["people", "other"], mv_name="mv").collect()
     assert len(walks) == 4
+    probed = people(run_session(spark))
+    probed.udf.register("mvs_guard_probe", lambda v: v, "string")
+    for _ in range(2):
+        assert guarded_sql(probed, text, tables=["people"], mv_name="mv").collect()
+    assert len(walks) == 5
 
 
 def test_every_allowed_name_is_a_spark_builtin(spark: Any) -> None:

@@ -19,7 +19,6 @@ deeply nested query cannot overflow Python's stack either.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
@@ -29,7 +28,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers.ddl.allowlist import allowed_functions, refusal
 from workers.jobs.errors import JobError
-from workers.jobs.spark.session import is_run_session
 
 __all__ = ["QueryRefused", "check_expression", "check_parsed", "guarded_sql"]
 
@@ -44,15 +42,17 @@ _PARSER_CONFS = (
     "spark.sql.parser.escapedStringLiterals",
     "spark.sql.legacy.setopsPrecedence.enabled",
 )
-_ACCEPTED_LIMIT = 4096  # parses remembered as accepted; the memo starts over past it
+_ACCEPTED_LIMIT = 4096  # parses (and analyzed plans) remembered as accepted; a memo starts over past it
 _accepted: set[tuple[object, ...]] = set()
 _accepted_lock = threading.Lock()
-# Analyzed plans checked, per run session: a run checks one text several times (a node's rows at the
-# watermark and at the pinned versions, each delta term) over views of the same names, and each walk
-# is a few py4j calls per plan node. Per run session only, not per process: what a text's functions
-# resolve to is the session's function registry, which may change in a long-lived session (a UDF
-# registered under an allowed name) but not in a run's clone (``session.is_run_session``).
-_analyzed: weakref.WeakKeyDictionary[SparkSession, set[tuple[object, ...]]] = weakref.WeakKeyDictionary()
+# Analyzed plans checked, per process: a run checks one text several times (a node's rows at the
+# watermark and at the pinned versions, each delta term) over views of the same names, every run
+# again, and each walk is a few py4j calls per plan node (0.1-0.2 s for a TPC-H query, more on a
+# loaded machine).
+# Keyed by what else the walk's outcome depends on (``_resolution``): what the session's names resolve
+# to (its temporary functions, its temp views, its database, case sensitivity) and its parser confs.
+# A UDF registered under a builtin's name is not listed, and is allowed by that name either way.
+_analyzed: set[tuple[object, ...]] = set()
 
 # Parsed (unresolved) and analyzed logical plan nodes a read-only MV query is made of (simple names).
 _PLAN_NODES = frozenset(
@@ -108,18 +108,36 @@ def guarded_sql(
     check_parsed(session, query, tables=tables, mv_name=mv_name, extra_functions=extra_functions)
     frame = session.sql(query)
     names = allowed_functions(extra_functions)
-    if not is_run_session(session):
-        _check_analyzed(session, frame, tables, names)
-        return frame
-    memo = (query, frozenset(t.lower() for t in tables), names)
+    wanted = frozenset(t.lower() for t in tables)
+    memo = (query, wanted, names, _resolution(session, wanted))
     with _accepted_lock:
-        checked = _analyzed.setdefault(session, set())
-        if memo in checked:
+        if memo in _analyzed:
             return frame
     _check_analyzed(session, frame, tables, names)
     with _accepted_lock:
-        checked.add(memo)
+        if len(_analyzed) >= _ACCEPTED_LIMIT:
+            _analyzed.clear()
+        _analyzed.add(memo)
     return frame
+
+
+def _resolution(session: SparkSession, tables: Collection[str]) -> tuple[object, ...]:
+    """What decides how ``session`` resolves a text's names besides the text: its temporary functions
+    (a UDF registered since), which of ``tables`` are its temp views (a name that is not one reads a
+    catalog table), its current database and case sensitivity; and its parser confs. A few py4j
+    calls, not a few per plan node."""
+    catalog: Any = session._jsparkSession.sessionState().catalog()  # noqa: SLF001 - no PySpark API
+    functions = sorted(str(f) for f in _items(catalog.listTemporaryFunctions()))
+    views = sorted(
+        n for v in _items(catalog.listLocalTempViews("*")) if (n := str(v.table()).lower()) in tables
+    )
+    database = str(catalog.getCurrentDatabase())
+    case = session.conf.get("spark.sql.caseSensitive", None)
+    return tuple(functions), tuple(views), database, case, _parser_confs(session)
+
+
+def _parser_confs(session: SparkSession) -> tuple[str | None, ...]:
+    return tuple(session.conf.get(key, None) for key in _PARSER_CONFS)
 
 
 def check_parsed(
@@ -138,8 +156,7 @@ def check_parsed(
     wanted = {t.lower() for t in tables}
     if mv_name.lower() in wanted:
         raise QueryRefused(f"the query reads the MV's own table {mv_name}")
-    parser = tuple(session.conf.get(key, None) for key in _PARSER_CONFS)
-    memo = (query, frozenset(wanted), mv_name.lower(), names, parser)
+    memo = (query, frozenset(wanted), mv_name.lower(), names, _parser_confs(session))
     with _accepted_lock:
         if memo in _accepted:
             return

@@ -12,7 +12,6 @@ import logging
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -307,15 +306,6 @@ def small_tables(settings: Settings, versions: dict[str, int], checksum: Checksu
     return total <= INTERPRET_LIMIT_BYTES
 
 
-_run_sessions: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-
-
-def is_run_session(session: SparkSession) -> bool:
-    """Whether ``session`` is a run's own (``run_session``): its function registry is fixed for the
-    run (nothing a run does registers a function)."""
-    return session in _run_sessions
-
-
 def run_session(spark: SparkSession, *, adaptive: bool = True, codegen: bool = True) -> SparkSession:
     """A session of one run's own: a clone of ``spark`` (same SQL conf and registered functions, e.g.
     operator-allowed UDFs) whose temp views and conf changes stay private. It shares the SparkContext,
@@ -332,7 +322,6 @@ def run_session(spark: SparkSession, *, adaptive: bool = True, codegen: bool = T
     if not codegen:
         for key, value in INTERPRETED.items():
             session.conf.set(key, value)
-    _run_sessions.add(session)
     return session
 
 
