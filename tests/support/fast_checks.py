@@ -22,7 +22,7 @@ from hypothesis import Phase
 
 from tests.support.check_session import BaseViews, checking_session
 from tests.support.fast_shapes import SCHEMA, VALUE_COLUMNS, Shape, prefixed_columns
-from tests.support.fast_streams import BaseModel, Commit, Insert, On, Op, Purge
+from tests.support.fast_streams import BaseModel, Commit, Insert, On, Op, Purge, Recompute
 from tests.support.run_requests import run_request
 from workers import demo_tables as tables
 from workers import warehouse
@@ -185,6 +185,9 @@ class Scenario:
         if isinstance(op, Purge):
             self._purge(base)
             return
+        if isinstance(op, Recompute):
+            self._recompute()
+            return
         commit = self.models[index].commit_for(op)
         assert commit is not None
         self._commit(base, commit)
@@ -222,6 +225,16 @@ class Scenario:
         retained = mvlog.retained_from(self.spark, self.settings, base)
         assert retained is not None and retained <= safepoint + 1, (safepoint, retained)
         self.log.append(f"purge {base} below v{safepoint}: {result.message}")
+
+    def _recompute(self) -> None:
+        """A complete refresh of every MV at the bases' latest versions, each checked: as FORCE runs
+        it by cost (a top-N's rows table is not written: the FAST run after it goes on from it)."""
+        self.refreshes += 1
+        for mv, query in self.mvs.items():
+            request = run_request(self.settings, mv, query, mode="FORCE", run=f"c{self.refreshes}")
+            result = refresh.refresh_complete(self.spark, self.settings, request)
+            self.log.append(f"recompute {mv} -> {dict(request.pinned)}: {result.message}")
+            self.check(mv)
 
     # ------------------------------------------------------------------------------ refresh and check
 

@@ -85,7 +85,14 @@ class Purge:
     """Purge the MV log below the MVs' watermark, as the product's purge task does (no base commit)."""
 
 
-Op = Insert | Delete | DeleteGroup | DeleteExtreme | Update | MoveGroup | Bump | DeleteAll | Purge
+@dataclass(frozen=True)
+class Recompute:
+    """A complete refresh of every MV at the bases' latest versions (REFRESH COMPLETE, or FORCE
+    recomputing by cost), each checked; no base commit. It writes no helper state: the next FAST
+    run of an aggregate catches its state up from before it (``StateStore.origin``), or rebuilds it."""
+
+
+Op = Insert | Delete | DeleteGroup | DeleteExtreme | Update | MoveGroup | Bump | DeleteAll | Purge | Recompute
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,7 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.builds(Bump, DOMAINS["k2"], st.integers(-3, 3)),
     st.just(DeleteAll()),
     st.just(Purge()),
+    st.just(Recompute()),
 )
 
 
@@ -176,7 +184,7 @@ class BaseModel:
 
     def commit_for(self, op: Op) -> Commit | None:
         """The commit that applies ``op`` (None: ``op`` commits nothing to the base), applied here too."""
-        if isinstance(op, Purge):
+        if isinstance(op, Purge | Recompute):
             return None
         if isinstance(op, Insert):
             return self._insert(op)

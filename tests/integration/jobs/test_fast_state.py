@@ -246,6 +246,11 @@ def test_complete_refresh_then_fast_and_drop(spark: Any, local_settings: Setting
     _fast_first(spark, s, QUERY)
     _dml(spark, s, "UPDATE {sales} SET v = 8 WHERE id = 1")
     _complete(spark, s, QUERY, "c1")  # writes no state: the state's tag no longer names the MV's run
+    # The change rows since the state's run purged, up to those the MV still needs: the state cannot
+    # catch up, it is rebuilt.
+    recomputed = refresh.read_watermark(spark, s, "mv_s")
+    assert recomputed is not None
+    mvlog.purge(spark, s, "sales", safepoint=recomputed.watermark["sales"] + 1)
     tables.append(spark, s, "sales", [_row(2, "a", 1, "2.00", 0.5)])
     assert "state rebuilt" in _fast(spark, s, "f2")
     tables.append(spark, s, "sales", [_row(3, "a", 2, "2.00", 0.5)])
@@ -258,6 +263,41 @@ def test_complete_refresh_then_fast_and_drop(spark: Any, local_settings: Setting
     _complete(spark, s, QUERY, "c2")  # re-created under the same name: a fresh state
     tables.append(spark, s, "sales", [_row(4, "b", 1, "2.00", 0.5)])
     assert "state rebuilt" in _fast(spark, s, "f4")
+
+
+def test_a_fast_run_after_complete_runs_catches_the_state_up_from_its_own_run(
+    spark: Any, local_settings: Settings
+) -> None:
+    """Complete runs write no state: the FAST run after them applies the change rows since the state's
+    own run (the complete runs' ranges included) to the state, and derives the changed groups from it,
+    instead of rebuilding it from the base. MIN/MAX too: a removed extreme is recomputed. Only complete
+    runs may lie between (else, or with the change rows since purged, it is rebuilt:
+    ``test_complete_refresh_then_fast_and_drop``)."""
+    s = local_settings
+    query = QUERY.replace(" FROM sales", ", MIN(v) AS lo, MAX(x) AS hi FROM sales")
+    _build(spark, s, [_row(1, "a", 5, "1.25", 0.1), _row(2, "b", 2, "3.10", 2 / 3)], query)
+    _fast_first(spark, s, query)
+    # Between the state's run and the complete runs: a group vanishes, a MIN row goes, a row comes
+    # and goes again (its value the group's lowest while it lived).
+    tables.append(spark, s, "sales", [_row(3, "a", -9, "0.50", 9.5), _row(4, "c", 1, "1.00", 1.0)])
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 3 OR g = 'b'")
+    _complete(spark, s, query, "c1")
+    _dml(spark, s, "DELETE FROM {sales} WHERE id = 100")  # the state's only row of group z
+    _complete(spark, s, query, "c2")
+    tables.append(spark, s, "sales", [_row(5, "a", 3, "2.00", 0.5), _row(6, "b", 4, None, None)])
+    caught = _fast_run(spark, s, "f2", query)
+    assert "helper state caught up from before the complete run (sales v" in caught.message, caught.message
+    assert "state caught up in mv_s__mvstate" in caught.message, caught.message
+    assert caught.rebuilt == NO_REBUILD, caught  # nothing rebuilt, nothing timed as a rebuild
+    assert _group(spark, s, "z") is None and _group(spark, s, "b") is not None
+    tables.append(spark, s, "sales", [_row(7, "a", 1, "1.00", 0.5)])
+    assert "state kept in mv_s__mvstate" in _fast(spark, s, "f3", query)
+
+    # Each time again: the state's tag names f3 now, the MV's commits since are complete runs.
+    _dml(spark, s, "UPDATE {sales} SET g = 'e' WHERE id = 7")
+    _complete(spark, s, query, "c3")
+    tables.append(spark, s, "sales", [_row(8, "e", 2, None, 2.5)])
+    assert "state caught up in" in _fast(spark, s, "f4", query)
 
 
 def test_a_global_aggregate_emptied_and_refilled(spark: Any, local_settings: Settings) -> None:
@@ -340,8 +380,9 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     """What the cost model learns FAST and REBUILD from (``workers.worker.costs``): a FORCE top-N's
     first build writes its rows table (FORCE's first FAST run, a probe, follows it), which that run
     maintains, rebuilding its aggregate's state beside the change. A top-N recomputed by a later
-    FORCE complete run has no rows table it can trust: the first FAST run recomputes it instead of
-    applying the change, the next rebuilds the state beside the change, the third rebuilds nothing."""
+    FORCE complete run goes on from its rows table's own run (both still right there); where the
+    change rows since are purged, the first FAST run recomputes the rows table instead of applying
+    the change, the next rebuilds the state beside the change, the third rebuilds nothing."""
     s = local_settings
     query = "SELECT g, AVG(v) AS a_v, COUNT(*) AS n FROM sales GROUP BY g ORDER BY n DESC, g LIMIT 2"
     tables.create_table(spark, s, "sales", [_row(1, "a", 5, None, None), _row(2, "b", 1, None, None)], SCHEMA)
@@ -356,6 +397,18 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     tables.append(spark, s, "sales", [_row(7, "d", 1, None, None)])
     recomputed = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c1"))
     assert recomputed.applied
+    # The rows table and its state are still right at p0's watermark: the next run goes on from
+    # there (the MV logs hold the change rows since), rebuilding nothing.
+    tables.append(spark, s, "sales", [_row(8, "d", 2, None, None)])
+    caught = incremental.refresh_incremental(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="p1"))
+    assert "rows caught up from before the complete run (sales v" in caught.message, caught.message
+    assert "state kept in" in caught.message and caught.rebuilt == NO_REBUILD, caught
+    assert sorted((r["g"], r["n"]) for r in tables.read_table(spark, s, "mv_s")) == [("a", 2), ("d", 2)]
+    # Recomputed again, and the change rows since p1 purged: the rows table is recomputed.
+    tables.append(spark, s, "sales", [_row(9, "e", 1, None, None)])
+    again = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c2"))
+    assert again.applied
+    mvlog.purge(spark, s, "sales", safepoint=again.watermark_after["sales"] + 1)
     runs = []
     for run, row in enumerate(
         [_row(3, "b", 2, None, None), _row(4, "c", 7, None, None), _row(5, "c", 1, None, None)]

@@ -208,6 +208,19 @@ def purge(spark: SparkSession, settings: Settings, base_table: str, safepoint: i
         return PurgeResult(deleted, captured, safepoint, f"deleted {deleted} change rows below {safepoint}")
 
 
+def changes_missing(spark: SparkSession, settings: Settings, base_table: str, since: int) -> str | None:
+    """Why the MV log on ``base_table`` does not hold every change after version ``since`` (the
+    changes an MV at ``since`` needs); None: it does."""
+    log = read_state(spark, settings, base_table)
+    if log is None:
+        return f"no MV log on {base_table}"
+    if log.start_version > since + 1:
+        return f"the MV log on {base_table} starts at v{log.start_version}, after the MV's v{since}"
+    if log.retained_from > since + 1:
+        return f"change data before v{log.retained_from} was purged"
+    return None
+
+
 def retained_from(spark: SparkSession, settings: Settings, base_table: str) -> int | None:
     """Lowest base version whose changes are all still in the log; None if there is no MV log."""
     state = read_state(spark, settings, base_table)

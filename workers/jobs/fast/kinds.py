@@ -37,6 +37,9 @@ class Run:
     plan: FastRefreshPlan
     ranges: Mapping[str, tuple[int, int]]
     mv: MvWatermark  # the MV's newest commit tag, as the run read it (its helper state is trusted by it)
+    # The run goes on from its helper state's watermark, before the MV's (``StateStore.origin``): ``mv``
+    # is then the older commit the state belongs to, ``ranges`` start at its watermark.
+    catching_up: bool = False
 
     def state_store(self, scope: Scope) -> StateStore:
         """The MV's helper state (``workers.jobs.fast.aggregate.state``), as of the MV content read."""
@@ -82,7 +85,15 @@ def _aggregate(scope: Scope, run: Run) -> tuple[Change, bool]:
     at_v = base_input(scope, run.request.query, plan, base_at_v)
     store = run.state_store(scope)
     change = aggregate_merge(
-        scope, run.request.query, plan, read.frame, mv, at_v, store, change_rows=read.rows
+        scope,
+        run.request.query,
+        plan,
+        read.frame,
+        mv,
+        at_v,
+        store,
+        change_rows=read.rows,
+        catching_up=run.catching_up,
     )
     return change, read.shared
 
@@ -107,7 +118,9 @@ def _join_aggregate(scope: Scope, run: Run) -> tuple[Change, bool]:
     joined = join.joined_inputs(scope, run.request, run.plan, run.ranges)
     store = run.state_store(scope)
     plan, query = joined.plan, run.request.query
-    change = aggregate_merge(scope, query, plan, joined.rows, joined.mv, joined.at_v, store)
+    change = aggregate_merge(
+        scope, query, plan, joined.rows, joined.mv, joined.at_v, store, catching_up=run.catching_up
+    )
     return change, joined.shared
 
 

@@ -40,6 +40,7 @@ from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.fast import apply
+from workers.jobs.fast.aggregate.state import CatchUpDeclined, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
 from workers.jobs.request import RunRequest
@@ -166,21 +167,15 @@ def _range(
     spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark, base: str
 ) -> tuple[int, int]:
     """The versions (since, until] of ``base`` the run applies, if its MV log holds their changes."""
-    log = mvlog.read_state(spark, settings, base)
-    if log is None:
-        raise FastRefreshNotPossible(f"complete: no MV log on {base}")
     until = request.pinned[base]
     since = current.watermark[base]
     if until < since:
         raise FastRefreshNotPossible(
             f"complete: {base} is at v{until}, behind the MV's v{since} (re-created?)"
         )
-    if log.start_version > since + 1:
-        raise FastRefreshNotPossible(
-            f"complete: the MV log on {base} starts at v{log.start_version}, after the MV's v{since}"
-        )
-    if log.retained_from > since + 1:
-        raise FastRefreshNotPossible(f"complete: change data before v{log.retained_from} was purged")
+    missing = mvlog.changes_missing(spark, settings, base, since)
+    if missing is not None:
+        raise FastRefreshNotPossible(f"complete: {missing}")
     return since, until
 
 
@@ -257,8 +252,40 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
     return child
 
 
+# Plan kinds whose rule may go on from the helper state's watermark after complete runs
+# (``aggregate.state``, ``StateStore.origin``): their rule declines where that is not exact.
+_CATCH_UP_KINDS = frozenset({"aggregate", "join_aggregate"})
+
+
 def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
-    """Commit the change its plan kind's rule computes; returns (number of change rows, what was done)."""
+    """Commit the change its plan kind's rule computes, from the helper state's watermark where it
+    catches up (``_catching_up``); returns (number of change rows, what was done)."""
+    caught_up = _catching_up(scope, run)
+    if caught_up is not None:
+        try:
+            changes, detail = _applied(scope, caught_up, commits, target)
+        except CatchUpDeclined:
+            pass  # nothing committed: the run goes on from the MV's own watermark
+        else:
+            since = ", ".join(f"{b} v{s}" for b, (s, _) in sorted(caught_up.ranges.items()))
+            return changes, f"helper state caught up from before the complete run ({since}): {detail}"
+    return _applied(scope, run, commits, target)
+
+
+def _catching_up(scope: apply.Scope, run: Run) -> Run | None:
+    """``run`` from its helper state's watermark instead of the MV's, where only complete runs wrote
+    the MV since the state's own run and the MV logs still hold every change since
+    (``StateStore.origin``): the run then rebuilds no state. None otherwise."""
+    if run.plan.kind not in _CATCH_UP_KINDS or run.mv.technique != "COMPLETE":
+        return None
+    origin = run.state_store(scope).origin()
+    ranges = None if origin is None else origin_ranges(scope.session, run.settings, origin, run.ranges)
+    if origin is None or ranges is None:
+        return None
+    return replace(run, ranges=ranges, mv=origin, catching_up=True)
+
+
+def _applied(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
     scope.step("read the change rows")
     try:
         change, shared = KINDS[run.plan.kind].change(scope, run)

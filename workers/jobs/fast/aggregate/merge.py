@@ -48,7 +48,7 @@ from workers.jobs.fast.aggregate.deltas import (
 )
 from workers.jobs.fast.aggregate.inputs import InputAtV
 from workers.jobs.fast.aggregate.rules import Inputs, exact_type, one_pass_merge, rules
-from workers.jobs.fast.aggregate.state import StateStore, layout_id
+from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore, layout_id
 from workers.jobs.fast.apply import (
     _P,
     ALL_ROWS,
@@ -91,6 +91,7 @@ def aggregate_merge(
     state: StateStore | None = None,
     *,
     change_rows: int | None = None,
+    catching_up: bool = False,
 ) -> Change:
     """Per-group deltas in one pass over the change rows (signed by ``_change_type``) and one MERGE
     keyed by the GROUP BY columns that touches only those groups: it derives their new rows itself
@@ -99,11 +100,17 @@ def aggregate_merge(
     ``changes`` are signed rows of the aggregate's input, whatever produced them (one base's MV log, a
     join's delta rules, an operator tree); ``at_v`` is that input at the pinned version(s), the one
     seam (``workers.jobs.fast.aggregate.inputs``): read only for groups to recompute, or to rebuild
-    the state. ``state`` is the MV's helper state (None: none kept, values come from the MV alone)."""
+    the state. ``state`` is the MV's helper state (None: none kept, values come from the MV alone).
+    ``catching_up``: ``changes`` run from the state's watermark, before the MV's (``StateStore.origin``):
+    exact only where every value is derived from the kept state (a MIN/MAX too: a removed value at or
+    beyond the MV's extreme recomputes it, an inserted one is merged idempotently); else it declines
+    (``CatchUpDeclined``) before anything is committed."""
     changes = with_computed_columns(scope, plan, changes)  # before the WHERE's alias, which drops new columns
     keys, aggs = layout_of(plan, mv.schema, changes)
     formulas = {a.mv_col: a for a in aggs if a.item.function == FORMULA}
     ruled_aggs = [a for a in aggs if a.item.function != FORMULA]  # a formula is computed from its parts
+    if catching_up and (state is None or not needs_state(plan, aggs)):
+        raise CatchUpDeclined("the MV's values are not all derived from a helper state")
     assert state is not None or not formulas, "a formula's parts are kept in the helper state"
     join_keys: list[tuple[str, str]] = []  # one MV column per group key (a key may be selected twice)
     for key in plan.group_by:
@@ -158,12 +165,14 @@ def aggregate_merge(
             layout = layout_id(query, plan.group_by, plan.where, columns)
             skeys = [(k, k) for k, _ in dkeys]
             kept = state.read(layout)
+            if kept is None and catching_up:
+                raise CatchUpDeclined("the helper state was kept for another layout")
             if kept is not None:  # the state of the changed groups, plus the deltas
                 state_listed = key_filter(kept.schema, skeys, delta, limit=apply.GROUP_FILTER_LIMIT)
                 kept_rows = _of_groups(kept, skeys, delta, state_listed).withColumn(IN_STATE, F.lit(True))
                 joined = joined.join(kept_rows.alias("st"), null_safe("d", "st", skeys), "left")
                 new = state_columns(tracked, "st", "d")
-                note = f", state kept in {state.table}"
+                note = f", state {'caught up' if catching_up else 'kept'} in {state.table}"
             else:  # rebuilt at the pinned version: the changed groups' new state is read from it
                 with scope.rebuilding():
                     input_rows = with_computed_columns(scope, plan, at_v.rows())

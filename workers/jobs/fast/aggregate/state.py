@@ -17,6 +17,14 @@ rebuilds the state from the base at the pinned version (one pass) and overwrites
 therefore never trusted: the state is written first, the MV second, and only the MV commit makes the
 state's tag match.
 
+Caught up after complete runs (``StateStore.origin``): a complete run writes no state, so the state's
+tag then names an older MV commit. Where every MV commit since that one is a complete run, the state
+is still exactly right at that commit's watermark, and an aggregate whose every value is derived from
+its state (``merge.aggregate_merge``) is refreshed from there: the change rows since the state's
+watermark, applied to the state, give the changed groups' values at the pinned version (groups the
+complete run already wrote are written again, alike). Anything else declines (``CatchUpDeclined``)
+and the run goes on from the MV's own watermark, rebuilding the state as before.
+
 Stale owners: state commits use the MV's idempotent-write id (``txnAppId`` = task id, ``txnVersion``
 as the MV commit's), and the first incremental run of an epoch fences the state table as it fences
 the MV (``workers.jobs.fast.commit.RunCommit.fence``), so after it no older epoch's commit lands in
@@ -32,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,17 +48,26 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workers import warehouse
 from workers.config import Settings
+from workers.jobs.changes import mvlog
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta import rs_commit
 from workers.jobs.delta import write as delta_write
-from workers.jobs.delta.metadata import CommitId, MvWatermark, json_object
+from workers.jobs.delta.metadata import CommitId, MvWatermark, decode_user_metadata, json_object
 from workers.jobs.fast.apply import StateWrite
 from workers.jobs.request import RunRequest
 
-__all__ = ["StateStore", "layout_id"]
+__all__ = ["CatchUpDeclined", "StateStore", "layout_id", "origin_ranges", "written_before_complete_runs"]
 
 _KEY = "mvs_state"
+# The most tagged MV commits walked back to find the one the state belongs to (``StateStore.origin``):
+# a FORCE MV left on COMPLETE re-probes FAST within ``planning.REPROBE_AFTER_RUNS`` (50) runs.
+ORIGIN_WALK_LIMIT = 64
+
+
+class CatchUpDeclined(Exception):  # noqa: N818 - a decision, not an error: the run goes on without it
+    """A rule cannot catch its state up from an older MV commit (``StateStore.origin``): the run is
+    computed again from the MV's own watermark. Raised before anything is committed."""
 
 
 def layout_id(*parts: object) -> str:
@@ -91,14 +108,20 @@ class StateStore:
         if newest is None:
             return None
         version, tag = newest
-        mine = (
-            tag.get("task_id") == self.mv.task_id
-            and tag.get("epoch") == self.mv.epoch
-            and tag.get("run_id") == self.mv.run_id
-            and tag.get("watermark") == self.mv.watermark
-            and isinstance(tag.get("layout"), str)
+        return (version, tag["layout"]) if _belongs(tag, self.mv) else None
+
+    def origin(self) -> MvWatermark | None:
+        """The MV commit the newest state belongs to, where every MV commit since it is a complete
+        run's (which writes no state): the state is exactly right at its watermark. None where the
+        state belongs to the MV's newest commit (``read`` trusts it), to none, or where another kind
+        of commit (an incremental run's, one of an unknown technique) came after it."""
+        newest = self._newest()
+        if newest is None:
+            return None
+        tag = newest[1]
+        return written_before_complete_runs(
+            self.session, self.settings, self.mv_name, lambda found: _belongs(tag, found)
         )
-        return (version, tag["layout"]) if mine else None
 
     def newest_layout(self) -> str | None:
         """The layout of the newest state written, whichever run wrote it (not a trust: what a
@@ -162,6 +185,54 @@ class StateStore:
             warehouse.read_checksum(self.settings, self.table, version),
             delta_rs=rs_commit.usable(self.settings, self.table, version),
         )
+
+
+def written_before_complete_runs(
+    session: SparkSession, settings: Settings, mv_name: str, wrote: Callable[[MvWatermark], bool]
+) -> MvWatermark | None:
+    """The tag of the MV commit of the run that ``wrote`` a helper table, where every MV commit
+    since it is a complete run's (which writes no helper table): the helper is exactly right at
+    that commit's watermark. None where the helper belongs to the MV's newest commit, to none, or
+    where another kind of commit came after it (walked back at most ``ORIGIN_WALK_LIMIT``)."""
+    completes = 0  # complete runs' commits since
+    for commit in deltalog.iter_commits(session, settings, mv_name):
+        found = decode_user_metadata(commit.user_metadata, commit.version)
+        if found is None:  # a fence, a table maintenance commit
+            continue
+        if wrote(found):
+            return found if completes else None
+        completes += 1
+        if found.technique != "COMPLETE" or completes > ORIGIN_WALK_LIMIT:
+            return None
+    return None
+
+
+def origin_ranges(
+    session: SparkSession, settings: Settings, origin: MvWatermark, ranges: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]] | None:
+    """A run's ``ranges`` (since, until] started at ``origin``'s watermark instead (a helper table's
+    run, before complete runs), where it reads the same bases, no later than the MV's, and their MV
+    logs still hold every change since; None otherwise."""
+    if set(origin.watermark) != set(ranges):
+        return None
+    started: dict[str, tuple[int, int]] = {}
+    for base, (since, until) in ranges.items():
+        start = origin.watermark[base]
+        if start > since or mvlog.changes_missing(session, settings, base, start) is not None:
+            return None
+        started[base] = (start, until)
+    return started
+
+
+def _belongs(tag: Mapping[str, Any], mv: MvWatermark) -> bool:
+    """Does the state commit tagged ``tag`` belong to the MV commit tagged ``mv`` (same run)?"""
+    return (
+        tag.get("task_id") == mv.task_id
+        and tag.get("epoch") == mv.epoch
+        and tag.get("run_id") == mv.run_id
+        and tag.get("watermark") == mv.watermark
+        and isinstance(tag.get("layout"), str)
+    )
 
 
 def _commit_id(run: RunRequest, watermark: Mapping[str, int], txn_version: int, layout: str) -> CommitId:
