@@ -8,7 +8,8 @@ Three costs, each a fixed part plus a part per row it handles (``TechniqueCost``
 - REBUILD, what the first FAST run after a complete one pays on top of a steady run: its helper
   state (join aggregates, trees, top-N) is rebuilt from the bases, about a complete read (a complete
   run does not keep that state). Per row of the complete run; timed by the run itself (``Rebuilt``:
-  an MV that keeps no state learns 0).
+  an MV that keeps no state learns 0, and so does one whose state caught up from its own run:
+  ``workers.jobs.fast.aggregate.state``, ``StateStore.origin``).
 
 A cost not yet learnt is None and its prior is used; COMPLETE's at the machine's pace
 (``CostModel.pace``): the priors were calibrated on a quiet machine, and under load every run takes

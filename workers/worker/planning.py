@@ -6,8 +6,9 @@ from its runs' outcomes); ``plan_run`` takes every input as a value (the sizes f
 
 FORCE takes the cheaper estimate; a bulk change (at least ``BULK_SHARE`` of the bases' rows) is
 recomputed whatever the estimates say. The first FAST run after a complete one rebuilds the MV's
-helper state: its estimate includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS``
-runs when choosing (the steady runs after it pay it back).
+helper state (or catches it up from its own run, learnt as a rebuild of 0: ``costs``): its estimate
+includes that (REBUILD), which is counted over ``REBUILD_PAYBACK_RUNS`` runs when choosing (the
+steady runs after it pay it back).
 
 A technique whose figure may be wrong is run once (a probe) where its estimate is within
 ``PROBE_FACTOR`` of the other's: a wrong figure is corrected only by running it. FAST is probed
