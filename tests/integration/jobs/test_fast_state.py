@@ -380,8 +380,9 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     """What the cost model learns FAST and REBUILD from (``workers.worker.costs``): a FORCE top-N's
     first build writes its rows table (FORCE's first FAST run, a probe, follows it), which that run
     maintains, rebuilding its aggregate's state beside the change. A top-N recomputed by a later
-    FORCE complete run has no rows table it can trust: the first FAST run recomputes it instead of
-    applying the change, the next rebuilds the state beside the change, the third rebuilds nothing."""
+    FORCE complete run goes on from its rows table's own run (both still right there); where the
+    change rows since are purged, the first FAST run recomputes the rows table instead of applying
+    the change, the next rebuilds the state beside the change, the third rebuilds nothing."""
     s = local_settings
     query = "SELECT g, AVG(v) AS a_v, COUNT(*) AS n FROM sales GROUP BY g ORDER BY n DESC, g LIMIT 2"
     tables.create_table(spark, s, "sales", [_row(1, "a", 5, None, None), _row(2, "b", 1, None, None)], SCHEMA)
@@ -396,6 +397,18 @@ def test_each_rebuild_of_helper_state_is_timed_and_said_to_replace_the_change_or
     tables.append(spark, s, "sales", [_row(7, "d", 1, None, None)])
     recomputed = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c1"))
     assert recomputed.applied
+    # The rows table and its state are still right at p0's watermark: the next run goes on from
+    # there (the MV logs hold the change rows since), rebuilding nothing.
+    tables.append(spark, s, "sales", [_row(8, "d", 2, None, None)])
+    caught = incremental.refresh_incremental(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="p1"))
+    assert "rows caught up from before the complete run (sales v" in caught.message, caught.message
+    assert "state kept in" in caught.message and caught.rebuilt == NO_REBUILD, caught
+    assert sorted((r["g"], r["n"]) for r in tables.read_table(spark, s, "mv_s")) == [("a", 2), ("d", 2)]
+    # Recomputed again, and the change rows since p1 purged: the rows table is recomputed.
+    tables.append(spark, s, "sales", [_row(9, "e", 1, None, None)])
+    again = refresh.refresh_complete(spark, s, run_request(s, "mv_s", query, mode="FORCE", run="c2"))
+    assert again.applied
+    mvlog.purge(spark, s, "sales", safepoint=again.watermark_after["sales"] + 1)
     runs = []
     for run, row in enumerate(
         [_row(3, "b", 2, None, None), _row(4, "c", 7, None, None), _row(5, "c", 1, None, None)]

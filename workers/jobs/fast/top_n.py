@@ -14,6 +14,12 @@ crash between the two commits, an ALTERed query — and the run rebuilds it: Q o
 pinned versions, overwritten (``workers.jobs.top_rows``; a COMPLETE refresh of a FAST top-N MV, and
 a FORCE one's first build, writes it so too, so the FAST run after it trusts it). The rows table is
 committed first, the MV second: only the MV commit makes it trusted.
+
+After complete runs that wrote only the MV (a FORCE MV recomputing by cost), the rows table and its
+helper state are still Q's rows exactly at the watermark of their own run: where every MV commit since
+that run is a complete run's and the MV logs hold the change rows since, Q's rule goes on from there
+(``aggregate.state.written_before_complete_runs``), as for any MV, instead of recomputing Q; the MV
+is rewritten from the rows' first n as always (against its own rows, whatever wrote them).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from workers.jobs.complete import read_at
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta.metadata import MvWatermark, decode_user_metadata, json_object
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.aggregate.state import StateStore, origin_ranges, written_before_complete_runs
 from workers.jobs.fast.apply import Change, Scope
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.request import RunRequest
@@ -62,13 +68,20 @@ def top_n_change(
     name = warehouse.top_n_table_name(request.mv_name)
     inner_request = replace(request, mv_name=name, query=top.inner_query)
     watermark = {table: until for table, (_, until) in ranges.items()}
-    trusted = _trusted(scope, name, mv, rows_layout(top))
+    layout = rows_layout(top)
+    trusted, inner_ranges, caught_up = _trusted(scope, name, mv, layout), ranges, ""
+    if trusted is None:
+        caught = _caught_up(scope, request.mv_name, name, mv, layout, ranges)
+        if caught is not None:
+            trusted, inner_ranges = caught
+            since = ", ".join(f"{b} v{s}" for b, (s, _) in sorted(inner_ranges.items()))
+            caught_up = f"rows caught up from before the complete run ({since}): "
     if trusted is None:
         with scope.rebuilding(instead=True):
             inner, shared = _rebuild(scope, request, top, ranges, watermark), False
     else:
-        commits = RunCommit(scope.session, scope.settings, inner_request, rows_layout(top))
-        run = InnerRun(inner_request, ranges, trusted)
+        commits = RunCommit(scope.session, scope.settings, inner_request, layout)
+        run = InnerRun(inner_request, inner_ranges, trusted)
         inner, shared = _maintain(scope, run, commits, watermark, inner_rule)
     scope.step(f"select the top {top.limit}")
     scope.views.add(ROWS_VIEW)
@@ -83,7 +96,7 @@ def top_n_change(
             change,
             plan=f"top-N over maintained state ({inner.plan})",
             change_rows=inner.change_rows,
-            summary=f"{inner.summary}; top {top.limit}: {change.summary}",
+            summary=f"{caught_up}{inner.summary}; top {top.limit}: {change.summary}",
         ),
         shared,
     )
@@ -92,6 +105,35 @@ def top_n_change(
 def _trusted(scope: Scope, name: str, mv: MvWatermark, layout: str) -> MvWatermark | None:
     """The rows table's newest tag when it names the run of the MV's newest commit and ``layout``;
     None when it cannot be trusted (or does not exist)."""
+    found = _newest_tag(scope, name, layout)
+    return found if found is not None and _same_run(found, mv) else None
+
+
+def _caught_up(
+    scope: Scope,
+    mv_name: str,
+    name: str,
+    mv: MvWatermark,
+    layout: str,
+    ranges: Mapping[str, tuple[int, int]],
+) -> tuple[MvWatermark, dict[str, tuple[int, int]]] | None:
+    """The rows table's newest tag and the run's ranges from its watermark, where the run that wrote
+    it committed the MV before complete runs only and the MV logs hold every change since (the
+    module's docstring); None otherwise."""
+    if mv.technique != "COMPLETE":
+        return None
+    found = _newest_tag(scope, name, layout)
+    if found is None:
+        return None
+    origin = written_before_complete_runs(
+        scope.session, scope.settings, mv_name, lambda commit: _same_run(commit, found)
+    )
+    started = None if origin is None else origin_ranges(scope.session, scope.settings, origin, ranges)
+    return None if started is None else (found, started)
+
+
+def _newest_tag(scope: Scope, name: str, layout: str) -> MvWatermark | None:
+    """The newest tag of the rows table when it was written for ``layout``; None otherwise."""
     if not warehouse.table_exists(scope.settings, name):
         return None
     for commit in deltalog.iter_commits(scope.session, scope.settings, name):
@@ -99,14 +141,12 @@ def _trusted(scope: Scope, name: str, mv: MvWatermark, layout: str) -> MvWaterma
         if found is None:
             continue  # a fence
         tag = json_object(commit.user_metadata, "mvs") or {}
-        same_run = (found.task_id, found.epoch, found.run_id, found.watermark) == (
-            mv.task_id,
-            mv.epoch,
-            mv.run_id,
-            mv.watermark,
-        )
-        return found if same_run and tag.get("layout") == layout else None
+        return found if tag.get("layout") == layout else None
     return None
+
+
+def _same_run(a: MvWatermark, b: MvWatermark) -> bool:
+    return (a.task_id, a.epoch, a.run_id, a.watermark) == (b.task_id, b.epoch, b.run_id, b.watermark)
 
 
 def _maintain(

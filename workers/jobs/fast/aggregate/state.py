@@ -57,7 +57,7 @@ from workers.jobs.delta.metadata import CommitId, MvWatermark, decode_user_metad
 from workers.jobs.fast.apply import StateWrite
 from workers.jobs.request import RunRequest
 
-__all__ = ["CatchUpDeclined", "StateStore", "layout_id", "origin_ranges"]
+__all__ = ["CatchUpDeclined", "StateStore", "layout_id", "origin_ranges", "written_before_complete_runs"]
 
 _KEY = "mvs_state"
 # The most tagged MV commits walked back to find the one the state belongs to (``StateStore.origin``):
@@ -119,7 +119,7 @@ class StateStore:
         if newest is None:
             return None
         tag = newest[1]
-        return _written_before_complete_runs(
+        return written_before_complete_runs(
             self.session, self.settings, self.mv_name, lambda found: _belongs(tag, found)
         )
 
@@ -187,7 +187,7 @@ class StateStore:
         )
 
 
-def _written_before_complete_runs(
+def written_before_complete_runs(
     session: SparkSession, settings: Settings, mv_name: str, wrote: Callable[[MvWatermark], bool]
 ) -> MvWatermark | None:
     """The tag of the MV commit of the run that ``wrote`` a helper table, where every MV commit
