@@ -40,7 +40,7 @@ from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import CatchUpDeclined, origin_ranges
+from workers.jobs.fast.aggregate.state import CatchUpDeclined, caught_up_from, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
 from workers.jobs.request import RunRequest
@@ -267,8 +267,7 @@ def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> 
         except CatchUpDeclined:
             pass  # nothing committed: the run goes on from the MV's own watermark
         else:
-            since = ", ".join(f"{b} v{s}" for b, (s, _) in sorted(caught_up.ranges.items()))
-            return changes, f"helper state caught up from before the complete run ({since}): {detail}"
+            return changes, f"helper state {caught_up_from(caught_up.ranges)}: {detail}"
     return _applied(scope, run, commits, target)
 
 

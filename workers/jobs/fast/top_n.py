@@ -34,7 +34,13 @@ from workers.jobs.complete import read_at
 from workers.jobs.delta import log as deltalog
 from workers.jobs.delta.metadata import MvWatermark, decode_user_metadata, json_object
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import StateStore, origin_ranges, written_before_complete_runs
+from workers.jobs.fast.aggregate.state import (
+    StateStore,
+    caught_up_from,
+    origin_ranges,
+    same_run,
+    written_before_complete_runs,
+)
 from workers.jobs.fast.apply import Change, Scope
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.request import RunRequest
@@ -69,13 +75,15 @@ def top_n_change(
     inner_request = replace(request, mv_name=name, query=top.inner_query)
     watermark = {table: until for table, (_, until) in ranges.items()}
     layout = rows_layout(top)
-    trusted, inner_ranges, caught_up = _trusted(scope, name, mv, layout), ranges, ""
-    if trusted is None:
-        caught = _caught_up(scope, request.mv_name, name, mv, layout, ranges)
-        if caught is not None:
-            trusted, inner_ranges = caught
-            since = ", ".join(f"{b} v{s}" for b, (s, _) in sorted(inner_ranges.items()))
-            caught_up = f"rows caught up from before the complete run ({since}): "
+    # The rows table's newest tag, trusted where it names the run of the MV's newest commit.
+    found = _newest_tag(scope, name, layout)
+    trusted = found if found is not None and same_run(found, mv) else None
+    inner_ranges, caught_up = ranges, ""
+    if trusted is None and found is not None:
+        started = _caught_up(scope, request.mv_name, found, mv, ranges)
+        if started is not None:
+            trusted, inner_ranges = found, started
+            caught_up = f"rows {caught_up_from(started)}: "
     if trusted is None:
         with scope.rebuilding(instead=True):
             inner, shared = _rebuild(scope, request, top, ranges, watermark), False
@@ -102,34 +110,22 @@ def top_n_change(
     )
 
 
-def _trusted(scope: Scope, name: str, mv: MvWatermark, layout: str) -> MvWatermark | None:
-    """The rows table's newest tag when it names the run of the MV's newest commit and ``layout``;
-    None when it cannot be trusted (or does not exist)."""
-    found = _newest_tag(scope, name, layout)
-    return found if found is not None and _same_run(found, mv) else None
-
-
 def _caught_up(
     scope: Scope,
     mv_name: str,
-    name: str,
+    found: MvWatermark,
     mv: MvWatermark,
-    layout: str,
     ranges: Mapping[str, tuple[int, int]],
-) -> tuple[MvWatermark, dict[str, tuple[int, int]]] | None:
-    """The rows table's newest tag and the run's ranges from its watermark, where the run that wrote
-    it committed the MV before complete runs only and the MV logs hold every change since (the
-    module's docstring); None otherwise."""
+) -> dict[str, tuple[int, int]] | None:
+    """The run's ranges from the watermark of the rows table's newest tag ``found``, where the run
+    that wrote it committed the MV before complete runs only and the MV logs hold every change since
+    (the module's docstring); None otherwise."""
     if mv.technique != "COMPLETE":
         return None
-    found = _newest_tag(scope, name, layout)
-    if found is None:
-        return None
     origin = written_before_complete_runs(
-        scope.session, scope.settings, mv_name, lambda commit: _same_run(commit, found)
+        scope.session, scope.settings, mv_name, lambda commit: same_run(commit, found)
     )
-    started = None if origin is None else origin_ranges(scope.session, scope.settings, origin, ranges)
-    return None if started is None else (found, started)
+    return None if origin is None else origin_ranges(scope.session, scope.settings, origin, ranges)
 
 
 def _newest_tag(scope: Scope, name: str, layout: str) -> MvWatermark | None:
@@ -143,10 +139,6 @@ def _newest_tag(scope: Scope, name: str, layout: str) -> MvWatermark | None:
         tag = json_object(commit.user_metadata, "mvs") or {}
         return found if tag.get("layout") == layout else None
     return None
-
-
-def _same_run(a: MvWatermark, b: MvWatermark) -> bool:
-    return (a.task_id, a.epoch, a.run_id, a.watermark) == (b.task_id, b.epoch, b.run_id, b.watermark)
 
 
 def _maintain(

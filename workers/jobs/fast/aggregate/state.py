@@ -224,15 +224,25 @@ def origin_ranges(
     return started
 
 
+# What names a run in a helper commit's tag and in an MV commit's.
+_RUN_FIELDS = ("task_id", "epoch", "run_id", "watermark")
+
+
+def same_run(a: MvWatermark, b: MvWatermark) -> bool:
+    """Were the two commits (a helper table's, an MV's) tagged by the same run?"""
+    return all(getattr(a, field) == getattr(b, field) for field in _RUN_FIELDS)
+
+
+def caught_up_from(ranges: Mapping[str, tuple[int, int]]) -> str:
+    """What a run that caught a helper table up says: the versions it went on from."""
+    since = ", ".join(f"{base} v{start}" for base, (start, _) in sorted(ranges.items()))
+    return f"caught up from before the complete run ({since})"
+
+
 def _belongs(tag: Mapping[str, Any], mv: MvWatermark) -> bool:
     """Does the state commit tagged ``tag`` belong to the MV commit tagged ``mv`` (same run)?"""
-    return (
-        tag.get("task_id") == mv.task_id
-        and tag.get("epoch") == mv.epoch
-        and tag.get("run_id") == mv.run_id
-        and tag.get("watermark") == mv.watermark
-        and isinstance(tag.get("layout"), str)
-    )
+    same = all(tag.get(field) == getattr(mv, field) for field in _RUN_FIELDS)
+    return same and isinstance(tag.get("layout"), str)
 
 
 def _commit_id(run: RunRequest, watermark: Mapping[str, int], txn_version: int, layout: str) -> CommitId:
