@@ -58,6 +58,45 @@ def test_a_key_filter_keeps_every_row_a_key_matches(
                 assert row[i] in {k[i] for k in keys}, column
 
 
+_RANGE_ROWS = st.tuples(
+    st.one_of(st.none(), st.integers(-(2**40), 2**40)),
+    st.one_of(st.none(), st.integers(-128, 127)),
+    st.one_of(st.none(), st.dates(datetime.date(1992, 1, 1), datetime.date(1998, 12, 31))),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    table=st.lists(_RANGE_ROWS, max_size=12),
+    values=st.lists(_RANGE_ROWS, max_size=8),
+    most=st.integers(1, 4),
+)
+def test_key_ranges_keep_every_row_a_value_matches_and_little_else(
+    spark: Any, table: list[tuple[Any, ...]], values: list[tuple[Any, ...]], most: int
+) -> None:
+    # ``key_ranges`` is the file-skipping filter beside an exact IN list: a superset of the matching
+    # rows, the values' literals typed as the column (no cast on it), in one SQL expression.
+    frame = spark.createDataFrame(table + values, "big long, tiny tinyint, day date")
+    for i, column in enumerate(("big", "tiny", "day")):
+        wanted = [v[i] for v in values]
+        found = key_filter.key_ranges(f"`{column}`", frame.schema[column].dataType, wanted, most)
+        if not [v for v in wanted if v is not None]:
+            assert found is None
+            continue
+        assert found is not None
+        kept = [r[i] for r in frame.where(found).collect()]
+        assert set(wanted) <= set(kept)  # NULL too, where a value is NULL
+        spans = key_filter.value_spans(
+            [v.toordinal() if column == "day" else v for v in wanted if v is not None], most
+        )
+        for value in kept:  # nothing outside the spans: the bounds are the values themselves
+            if value is not None:
+                point = value.toordinal() if column == "day" else value
+                assert any(lo <= point <= hi for lo, hi in spans), (column, value, spans)
+            else:
+                assert None in wanted
+
+
 def _null_safe_equal(row: Any, key: tuple[Any, ...]) -> bool:
     same = [(a is None) == (b is None) and (a is None or a == b) for a, b in zip(row, key, strict=True)]
     return all(same)

@@ -21,7 +21,7 @@ from workers.jobs import complete as refresh
 from workers.jobs.changes import mvlog
 from workers.jobs.fast.refresh import fast_refresh_blocker, refresh_incremental
 from workers.jobs.spark import guard
-from workers.jobs.spark.guard import QueryRefused, check_parsed, guarded_sql
+from workers.jobs.spark.guard import QueryRefused, check_expression, check_parsed, guarded_sql
 from workers.jobs.spark.session import run_session
 
 pytestmark = pytest.mark.integration
@@ -200,6 +200,24 @@ def test_an_accepted_parse_is_remembered_only_for_its_tables_mv_and_functions(sp
         check_parsed(spark, text, tables=["other"], mv_name="mv", extra_functions=["my_udf"])
     with pytest.raises(QueryRefused, match="reads the MV's own table sales"):
         check_parsed(spark, text, tables=["sales"], mv_name="sales", extra_functions=["my_udf"])
+
+
+def test_an_accepted_expression_is_remembered_only_for_its_functions(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A FAST run checks its WHERE and aggregate arguments on their own, every run: walked once.
+    walks: list[str] = []
+    walk = guard._check_expression  # noqa: SLF001 - counted, not replaced
+    monkeypatch.setattr(guard, "_check_expression", lambda s, t, n: walks.append(t) or walk(s, t, n))
+    text = f"my_udf(id) > {uuid.uuid4().int % 1000}"  # a text no other test checked
+    for _ in range(3):
+        check_expression(spark, text, extra_functions=["my_udf"])
+    assert len(walks) == 1
+    with pytest.raises(QueryRefused, match="my_udf"):
+        check_expression(spark, text)  # not remembered for other functions
+    with pytest.raises(QueryRefused, match="my_udf"):
+        check_expression(spark, text)  # nor a refusal remembered as accepted
+    assert len(walks) == 3
 
 
 def test_an_analyzed_plan_is_walked_once_per_text_views_and_functions(

@@ -252,7 +252,7 @@ def narrowed(
     if found is not None or held:
         return found if found is not None else frame
     if values is not None:
-        spans = key_ranges(F.col(q(target.name)), target.dataType, values, KEY_RANGES)
+        spans = key_ranges(q(target.name), target.dataType, values, KEY_RANGES)
         if spans is not None:
             return frame.where(spans)
     same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__

@@ -48,7 +48,7 @@ def restricted_rows(frame: DataFrame, column: str, keys: Keys, *, nulls: bool, h
     if read is not None:  # only the files a value's range reaches, listed from the log
         frame = read
     elif not held and len(values) > KEY_FILTER_LIMIT:  # the files no value's range reaches are skipped
-        spans = key_ranges(F.col(q(target.name)), dtype, values, KEY_RANGES)
+        spans = key_ranges(q(target.name), dtype, values, KEY_RANGES)
         if spans is not None:
             frame = frame.where(spans)
     return frame.where(among(q(target.name), values, dtype))
