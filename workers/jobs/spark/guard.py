@@ -106,11 +106,12 @@ def guarded_sql(
 ) -> DataFrame:
     """``session.sql(query)`` after both checks; ``tables`` are the temp views the run registered
     (named like the base tables). Raises QueryRefused."""
-    check_parsed(session, query, tables=tables, mv_name=mv_name, extra_functions=extra_functions)
+    confs = _parser_confs(session)  # read once for both checks' memos (a call per conf)
+    _parsed_once(session, query, tables, mv_name, extra_functions, confs)
     frame = session.sql(query)
     names = allowed_functions(extra_functions)
     wanted = frozenset(t.lower() for t in tables)
-    memo = (query, wanted, names, _resolution(session, wanted))
+    memo = (query, wanted, names, _resolution(session, wanted, confs))
     _checked_once(_analyzed, memo, lambda: _check_analyzed(session, frame, tables, names))
     return frame
 
@@ -130,7 +131,9 @@ def _checked_once(
         accepted.add(memo)
 
 
-def _resolution(session: SparkSession, tables: Collection[str]) -> tuple[object, ...]:
+def _resolution(
+    session: SparkSession, tables: Collection[str], parser_confs: tuple[str | None, ...]
+) -> tuple[object, ...]:
     """What decides how ``session`` resolves a text's names besides the text: its temporary functions
     (a UDF registered since), which of ``tables`` are its temp views (a name that is not one reads a
     catalog table), its current database and case sensitivity; and its parser confs. A few py4j
@@ -143,7 +146,7 @@ def _resolution(session: SparkSession, tables: Collection[str]) -> tuple[object,
     views = sorted(n for v in listed if (n := _unquoted(v).lower()) in tables)
     database = str(catalog.getCurrentDatabase())
     case = session.conf.get("spark.sql.caseSensitive", None)
-    return tuple(functions), tuple(views), database, case, _parser_confs(session)
+    return tuple(functions), tuple(views), database, case, parser_confs
 
 
 _SEPARATOR = "\u0000"  # in no identifier Spark's catalog lists (it rejects NUL)
@@ -172,11 +175,22 @@ def check_parsed(
     for the same tables, MV, functions and parser confs is not walked again: the walk is a few py4j
     calls per plan node (0.3-0.7 s a query on a loaded machine), and a run checks one text once per
     term of its delta rules, each run again."""
+    _parsed_once(session, query, tables, mv_name, extra_functions, _parser_confs(session))
+
+
+def _parsed_once(
+    session: SparkSession,
+    query: str,
+    tables: Collection[str],
+    mv_name: str,
+    extra_functions: Iterable[str],
+    parser_confs: tuple[str | None, ...],
+) -> None:
     names = allowed_functions(extra_functions)
     wanted = {t.lower() for t in tables}
     if mv_name.lower() in wanted:
         raise QueryRefused(f"the query reads the MV's own table {mv_name}")
-    memo = (query, frozenset(wanted), mv_name.lower(), names, _parser_confs(session))
+    memo = (query, frozenset(wanted), mv_name.lower(), names, parser_confs)
     _checked_once(_accepted, memo, lambda: _check_parse(session, query, wanted, mv_name, names))
 
 

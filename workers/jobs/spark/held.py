@@ -83,7 +83,7 @@ def narrowed(session: SparkSession, frame: DataFrame, columns: Sequence[str]) ->
     which Spark's scans prune."""
     if len(columns) == len(frame.columns):
         return frame
-    projected = frame.select(*[F.col(q(c)) for c in columns])
+    projected = frame.selectExpr(*[q(c) for c in columns])  # a call per name (a Column: two)
     if not _is_local(projected):
         return projected
     rows = projected._jdf.collectAsList()  # noqa: SLF001 - a local relation: served by the driver, no job
