@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -76,8 +75,10 @@ class Inconsistent(Exception):
 
 
 def null_safe(left: str, right: str, pairs: Sequence[tuple[str, str]]) -> Column:
-    """``left.a <=> right.b AND …`` (TRUE for no pairs): MVs may hold NULL keys and values."""
-    return reduce(lambda a, b: a & b, [col(left, x).eqNullSafe(col(right, y)) for x, y in pairs], F.lit(True))
+    """``left.a <=> right.b AND …`` (TRUE for no pairs): MVs may hold NULL keys and values. One SQL
+    expression (a Column per term cost ~4 gateway round trips a pair: 120 in a TPC-H Q18 run)."""
+    terms = [f"{left}.{q(x)} <=> {right}.{q(y)}" for x, y in pairs]
+    return F.expr(" AND ".join(terms)) if terms else F.lit(True)
 
 
 def unmatchable_columns(schema: StructType) -> list[str]:

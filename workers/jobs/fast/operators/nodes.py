@@ -38,6 +38,7 @@ class Evaluation:
     frames: ScanFrames
     _at: dict[tuple[str, bool], DataFrame] = field(default_factory=dict)
     _delta: dict[str, Signed | None] = field(default_factory=dict)
+    _scan_delta: dict[str, tuple[object, Signed]] = field(default_factory=dict)  # by table: its read
     _both: dict[str, DataFrame] = field(default_factory=dict)  # held changes, both signs (``_GAINED``)
     _identity: dict[str, str] = field(default_factory=dict)  # by view
     # Rows read restricted once and held, at new and at old, by (identity, column, keys, nulls).
@@ -94,10 +95,13 @@ class Evaluation:
             read = self.frames.reads.get(node.table)
             if read is None:
                 return None
-            rows = read.frame
-            gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*_CHANGE_COLUMNS)
-            lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
-            return gained, lost
+            split = self._scan_delta.get(node.table)
+            if split is None or split[0] is not read:  # once per read (each step asks, ~20 calls each)
+                rows = read.frame
+                gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*_CHANGE_COLUMNS)
+                lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
+                split = self._scan_delta[node.table] = (read, (gained, lost))
+            return split[1]
         if self._id(node) not in self._delta:
             if isinstance(node, Aggregate):
                 found = aggregate_delta(self, node)
