@@ -149,11 +149,14 @@ def _resolution(
     return tuple(functions), tuple(views), database, case, parser_confs
 
 
-_SEPARATOR = "\u0000"  # in no identifier Spark's catalog lists (it rejects NUL)
+# Joins the names a catalog lists: NUL, which no base table, view or function name holds in practice
+# (a name holding one would only split into parts: the key stays a function of the names).
+_SEPARATOR = "\u0000"
 
 
 def _unquoted(identifier: str) -> str:
-    """A temp view's name from its quoted form (```a``b``` is a`b; a temp view has no database)."""
+    """A temp view's name from the quoted form a catalog lists it in (a temp view has no database;
+    a doubled backtick inside stands for one)."""
     if len(identifier) >= 2 and identifier[0] == identifier[-1] == "`":
         return identifier[1:-1].replace("``", "`")
     return identifier
