@@ -324,7 +324,7 @@ def _fanout(bench: Bench, n: int, size: int) -> dict[str, Any]:
         for i, task in enumerate(tasks):
             if not shared:
                 changes.forget()
-            ms, stats, read, message, _ = bench.refresh(task, f"fan-{label[:4]}-{i}")
+            ms, stats, read, message, _, _ = bench.refresh(task, f"fan-{label[:4]}-{i}")
             assert message.startswith("incremental:"), message
             total_ms += ms
             read_jobs, read_rows, all_jobs = (
