@@ -185,6 +185,10 @@ def _dbgen(parquet: Path, sf: float, rounds: int) -> tuple[RefreshKeys, int]:
     return keys, per_round
 
 
+# The tables RF1 and RF2 change.
+CHANGED = ("orders", "lineitem")
+
+
 def rf1(spark: Any, data: TpchData, round_: int) -> None:
     """Refresh function 1 of round ``round_`` (0-based): new orders, then their lineitems."""
     lo, hi = data.keys.inserted[round_]
@@ -193,10 +197,6 @@ def rf1(spark: Any, data: TpchData, round_: int) -> None:
             f"{key} BETWEEN {lo} AND {hi}"
         )
         rows.write.format("delta").mode("append").save(warehouse.table_path(data.settings, table))
-
-
-# The tables RF1 and RF2 change.
-CHANGED = ("orders", "lineitem")
 
 
 def warm(spark: Any, data: TpchData) -> None:
