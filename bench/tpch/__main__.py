@@ -7,11 +7,11 @@ FORCE otherwise: ``bench.tpch.mvs``), a COMPLETE twin, and for a FAST MV a FORCE
 chosen per run by cost: issue 30's goal is FORCE within 1.1 x the faster of FAST and COMPLETE). The
 first build of each is untimed. Each round applies RF1 then RF2 (0.1 % of the orders each, untimed),
 reads each table they changed at its new version (untimed, ``data.warm``: else whichever MV refreshes
-first pays for loading them, and the MVs of a query take turns at that), and refreshes every MV once,
-timed; after every round each MV must hold exactly its COMPLETE twin's
-rows (a mismatch is counted and printed, and the run exits 1). Each timed run reads its change rows
-itself, as one MV on its bases does (the rows another MV's run read are shared for a while:
-``workers.jobs.changes.reads``; ``bench.fast_vs_complete --fanout`` measures that sharing).
+first pays for loading them), and refreshes every MV once, timed, the COMPLETE twin first (``_order``);
+after every round each MV must hold exactly its COMPLETE twin's rows (a mismatch is counted and
+printed, and the run exits 1). Each timed run reads its change rows itself, as one MV on its bases
+does (the rows another MV's run read are shared for a while: ``workers.jobs.changes.reads``;
+``bench.fast_vs_complete --fanout`` measures that sharing).
 
 Per query: accepted by the analysis, how its runs went (FAST, or COMPLETE and the reason the run
 message gives), FAST p50, COMPLETE p50, their ratio, Spark jobs and generated-code compiles (p50, with
@@ -59,6 +59,20 @@ def _equal(spark: Any, settings: Settings, a: str, b: str) -> str | None:
     if left[0] != right[0]:
         return f"columns {left[0]} vs {right[0]}"
     return multiset_difference(left[1], right[1])
+
+
+Side = tuple[TpchMv, list[Run]]
+
+
+def _order(twin: Side, mv: Side, force: Side | None, round_: int) -> list[Side]:
+    """The order a round refreshes a query's MVs in: the COMPLETE twin first, then the FAST MV and its
+    FORCE twin by turns. The run right after a recompute is 16-37 % slower than the one after it
+    (session 41, TPC-H SF 1: the rotation of all three put FORCE there in a steady round and the FAST
+    MV never, and FORCE read 1.1-1.4x its twin running the same technique); by turns, each of the two
+    compared takes that place in one of any two rounds. Going first costs nothing since ``data.warm``."""
+    if force is None:
+        return [twin, mv]
+    return [twin, force, mv] if round_ % 2 == 0 else [twin, mv, force]
 
 
 def _how(runs: list[Run]) -> str:
@@ -225,16 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, (mv, twin) in pairs.items():
             if mv.task is None or builds[name].state == "FAILED":
                 continue
-            # Refreshed always first, the MV took 1.4-2x its twin's time at SF 0.1 though both
-            # recomputed (the first run after RF1 + RF2 pays for something the second reuses, likely
-            # the bases' new Delta snapshots): the MVs of a query take turns at going first.
-            sides = [(mv, runs[name][0]), (twin, runs[name][1])]
-            if name in forces:
-                sides.append((forces[name], runs[name][2]))
-            shift = round_ % len(sides)
-            for side, into in sides[shift:] + sides[:shift]:
-                # Not the rows the side before read, which whichever of the FAST and FORCE twins ran
-                # second took shared (FORCE in 2 rounds of 3): one MV on its bases reads them itself.
+            for side, into in _order(
+                (twin, runs[name][1]),
+                (mv, runs[name][0]),
+                (forces[name], runs[name][2]) if name in forces else None,
+                round_,
+            ):
+                # Not the rows the side before read, which whichever of the FAST and FORCE twins runs
+                # second would take shared: one MV on its bases reads them itself.
                 change_reads.forget()
                 with call_sites(spark) if args.profile and side is mv else nullcontext():
                     into.append(refresh(runner, side, f"r{round_}"))
