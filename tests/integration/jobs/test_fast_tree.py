@@ -140,7 +140,12 @@ def tree_test(shapes: list[Shape], ci_shapes: list[Shape] | None) -> Callable[..
         case: tuple[list[Shape], Stream],
     ) -> None:
         chosen, stream = case
-        run_stream(spark, warehouse_settings, chosen, stream)
+        log = run_stream(spark, warehouse_settings, chosen, stream)
+        if stream is JOINED and chosen is ci_shapes:
+            # The FAST run after JOINED's complete refresh goes on from the helper state's own run
+            # (the CTE's MIN and AVG need a state), applying the change rows since to it.
+            caught = [line for line in log if "helper state caught up from before the complete run" in line]
+            assert caught, log
 
     generated = given(
         case=st.tuples(

@@ -136,7 +136,8 @@ def _union(scope: Scope, run: Run) -> tuple[Change, bool]:
 def _tree(scope: Scope, run: Run) -> tuple[Change, bool]:
     """Each operator of the tree by its rule (``workers.jobs.fast.operators``)."""
     assert run.plan.tree is not None, "a tree plan holds its tree"
-    return tree_change(scope, tree_from_json(run.plan.tree), run.ranges, run.state_store(scope))
+    tree = tree_from_json(run.plan.tree)
+    return tree_change(scope, tree, run.ranges, run.state_store(scope), catching_up=run.catching_up)
 
 
 def _top_n(scope: Scope, run: Run) -> tuple[Change, bool]:

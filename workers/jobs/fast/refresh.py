@@ -254,7 +254,7 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
 
 # Plan kinds whose rule may go on from the helper state's watermark after complete runs
 # (``aggregate.state``, ``StateStore.origin``): their rule declines where that is not exact.
-_CATCH_UP_KINDS = frozenset({"aggregate", "join_aggregate"})
+_CATCH_UP_KINDS = frozenset({"aggregate", "join_aggregate", "tree"})
 
 
 def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from workers.ddl.tree.values import INPUT_VIEW, Scan, TreePlan, label
 from workers.jobs.fast import append, apply, having
 from workers.jobs.fast.aggregate.merge import aggregate_merge
-from workers.jobs.fast.aggregate.state import StateStore
+from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore
 from workers.jobs.fast.inputs import base_input
 from workers.jobs.fast.operators import semi_join
 from workers.jobs.fast.operators.inner_join import block_delta
@@ -32,9 +32,23 @@ from workers.jobs.fast.operators.scan import scan_frames
 
 
 def tree_change(
-    scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[int, int]], state: StateStore
+    scope: apply.Scope,
+    tree: TreePlan,
+    ranges: Mapping[str, tuple[int, int]],
+    state: StateStore,
+    *,
+    catching_up: bool = False,
 ) -> tuple[apply.Change, bool]:
-    """The change the tree's rules compute, named by them, and whether its change rows were shared."""
+    """The change the tree's rules compute, named by them, and whether its change rows were shared.
+    ``catching_up``: ``ranges`` start at the helper state's own run, before complete runs
+    (``StateStore.origin``). The tree's rules read the bases at whatever versions the ranges start
+    at, and key counts are trusted by that run alike; the aggregate at the top merges into its state
+    and declines where its values are not all derived from it. Anything else declines at once
+    (``CatchUpDeclined``): a projection's change or a HAVING's groups are merged into the MV, which
+    reflects the complete run."""
+    aggregate = tree.aggregate
+    if catching_up and (tree.top != "aggregate" or aggregate is None or aggregate.kind != "aggregate"):
+        raise CatchUpDeclined("only an aggregate at the top derives the MV's values from its state")
     frames = scan_frames(scope, tree, ranges)
     ev = Evaluation(scope, frames)
     rules = "; ".join(tree.describe())
@@ -46,7 +60,7 @@ def tree_change(
     if tree.top == "projection":
         change = _projection(scope, tree, ev, ranges)
     else:
-        change = _aggregate(scope, tree, ev, state)
+        change = _aggregate(scope, tree, ev, state, catching_up)
     if integrated is not None and integrated.helper is not None:
         change = replace(change, helpers=(integrated.helper,))
     touched = ", ".join(f"{label(node)} {rows}" for node, rows in ev.changed_rows)
@@ -105,7 +119,9 @@ def _recomputed(scope: apply.Scope, tree: TreePlan, ev: Evaluation) -> tuple[Dat
     return ev.at(root, True), mv if mv is not None else scope.mv_snapshot()
 
 
-def _aggregate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateStore) -> apply.Change:
+def _aggregate(
+    scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateStore, catching_up: bool
+) -> apply.Change:
     plan, query = tree.aggregate, tree.aggregate_sql
     assert plan is not None and query is not None and plan.base_table == INPUT_VIEW
     gained, lost = _signed(ev, tree)
@@ -120,4 +136,6 @@ def _aggregate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateS
     at_v = replace(
         base_input(scope, query, plan, block), changes="the joined change rows", source="the bases"
     )
-    return aggregate_merge(scope, query, plan, rows, mv, at_v, state, change_rows=ev.frames.change_rows)
+    return aggregate_merge(
+        scope, query, plan, rows, mv, at_v, state, change_rows=ev.frames.change_rows, catching_up=catching_up
+    )
