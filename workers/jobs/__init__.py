@@ -34,7 +34,12 @@ if TYPE_CHECKING:
         classify_failure,
         is_write_conflict,
     )
-    from workers.jobs.fast.refresh import FastRefreshNotPossible, fast_refresh_blocker, refresh_incremental
+    from workers.jobs.fast.refresh import (
+        FastRefreshNotPossible,
+        fast_refresh_blocker,
+        helper_state_catches_up,
+        refresh_incremental,
+    )
     from workers.jobs.request import RunRequest, with_plan
     from workers.jobs.spark.groups import job_group
     from workers.jobs.spark.session import get_spark, stop_spark
@@ -59,6 +64,7 @@ _HOME = {
     "is_write_conflict": "errors",
     "FastRefreshNotPossible": "fast.refresh",
     "fast_refresh_blocker": "fast.refresh",
+    "helper_state_catches_up": "fast.refresh",
     "refresh_incremental": "fast.refresh",
     "RunRequest": "request",
     "with_plan": "request",
@@ -83,6 +89,7 @@ __all__ = [
     "drop_mv_log",
     "drop_mv_table",
     "fast_refresh_blocker",
+    "helper_state_catches_up",
     "get_spark",
     "is_write_conflict",
     "job_group",

@@ -31,6 +31,7 @@ from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
     from workers.jobs import RefreshResult
+    from workers.jobs.delta.metadata import MvWatermark
 
 log = logging.getLogger(__name__)
 # While a cancelled run is still inside its Spark work, its job group is cancelled again this often.
@@ -182,6 +183,11 @@ class SparkRunner:
             # older commits do not, and then what this worker last ran for it.
             last = current.technique if current is not None else None
             after_complete = (last or self._last_ran.get(request.task_id)) == COMPLETE
+            # A FAST run that would catch its helper state up rebuilds nothing: FORCE charges it none
+            # (what it learns still says it came right after a complete run: REBUILD learns 0).
+            rebuilds = after_complete and not (
+                request.mode == "FORCE" and current is not None and self._catches_up(request, current)
+            )
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
             def size() -> ChangeSize | None:
@@ -194,7 +200,7 @@ class SparkRunner:
                 lambda: fast_refresh_blocker(self.spark, self.settings, request),
                 size,
                 self.cost_model(request.task_id),
-                after_complete,
+                rebuilds,
             )
             if decision.kind is DecisionKind.SKIP:
                 return RunResult("SKIPPED", 0, request.watermark, request.watermark, decision.reason, 0)
@@ -282,6 +288,17 @@ class SparkRunner:
                 outcome.rebuilt or NO_REBUILD,
                 outcome.probe,
             )
+
+    def _catches_up(self, request: RunRequest, current: MvWatermark) -> bool:
+        """Whether a FAST run now would catch the MV's helper state up, not rebuild it (False where
+        that cannot be read: the plan then charges the rebuild, as before)."""
+        from workers.jobs import helper_state_catches_up
+
+        try:
+            return helper_state_catches_up(self.spark, self.settings, request, current)
+        except Exception:  # noqa: BLE001 - it only informs the choice
+            log.warning("%s: helper state's origin unreadable", request.task_id, exc_info=True)
+            return False
 
     def _change_size(
         self, request: RunRequest, reflected: Mapping[str, int] | None, mv_version: int | None

@@ -129,3 +129,45 @@ def test_a_new_owner_goes_on_from_the_costs_the_mvs_last_commit_kept(
     assert successor.cost_model("mv:by_cost") == CostModel()  # nothing learnt here yet
     assert _refresh(successor, "s0").state == "SKIPPED"  # nothing changed: no outcome to learn from
     assert successor.cost_model("mv:by_cost") == taught  # went on from the MV's last commit
+
+
+def test_force_charges_no_state_rebuild_where_the_fast_run_would_catch_the_state_up(
+    spark: Any, local_settings: Settings
+) -> None:
+    """After complete runs, FORCE charges FAST the rebuild of its helper state only where the run could
+    not go on from the state's own run (``helper_state_catches_up``): a rebuild dear enough to keep
+    FORCE on COMPLETE is not charged while the MV log holds the change rows since that run, and is
+    once they are purged."""
+    s = local_settings
+    query = "SELECT grp, AVG(amount) AS a, COUNT(*) AS n FROM events GROUP BY grp"  # AVG: a state
+    model = CostModel(
+        fast=TechniqueCost(0.0, 1.0), complete=TechniqueCost(0.0, 0.1), rebuild=TechniqueCost(1e6, 0.0)
+    )
+    tables.create_table(spark, s, "events", _rows(0, 2000), SCHEMA)
+    mvlog.create_mv_log(spark, s, "events")
+    runner = SparkRunner(s, lambda _settings: spark, priors=model, learn=False)
+
+    def refresh(mode: str, run: str, added: int) -> RunResult:
+        if added:
+            start = 2000 + int(run[1:]) * 10
+            tables.append(spark, s, "events", _rows(start, added))
+        plan = plan_record(analyze_query(query).plan)
+        spec = {"query": query, "refresh_mode": mode, "base_tables": ["events"], "plan": plan}
+        task = {"task_id": "mv:by_state", "name": "by_state", "kind": "MV", "epoch": 1, "mv": spec}
+        return runner.refresh(task, run_id=run, job_group=f"by_state-{run}")
+
+    refresh("FAST", "r0", 0)  # the first build
+    assert "state rebuilt" in (refresh("FAST", "r1", 1).message or "")  # the state's own run
+    refresh("COMPLETE", "r2", 1)
+    caught = refresh("FORCE", "r3", 1)
+    assert caught.planning is not None and caught.planning["reason"].startswith("fast: cost"), caught.planning
+    assert "state rebuild" not in caught.planning["reason"], caught.planning
+    assert "helper state caught up from before the complete run" in (caught.message or ""), caught.message
+
+    refresh("COMPLETE", "r4", 1)
+    recomputed = read_watermark(spark, s, "by_state")
+    assert recomputed is not None
+    mvlog.purge(spark, s, "events", safepoint=recomputed.watermark["events"] + 1)  # r3's rows gone
+    charged = refresh("FORCE", "r5", 1)
+    assert charged.planning is not None and charged.planning["choice"] == COMPLETE, charged.planning
+    assert "state rebuild" in charged.planning["reason"], charged.planning

@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
+from workers.ddl.tree.values import tree_from_json
 from workers.jobs import complete
 from workers.jobs.changes import mvlog
 from workers.jobs.complete import RefreshResult, read_at, read_watermark, run_query
@@ -40,14 +41,14 @@ from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.write import COMMIT_CONFS, Target
 from workers.jobs.errors import ChangesNotRetained
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import CatchUpDeclined, caught_up_from, origin_ranges
+from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore, caught_up_from, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
 from workers.jobs.spark import session as session_module
 
-__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "refresh_incremental"]
+__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "helper_state_catches_up", "refresh_incremental"]
 
 
 class FastRefreshNotPossible(ChangesNotRetained):
@@ -254,7 +255,31 @@ def _run_session(spark: SparkSession, *, interpreted: bool) -> SparkSession:
 
 # Plan kinds whose rule may go on from the helper state's watermark after complete runs
 # (``aggregate.state``, ``StateStore.origin``): their rule declines where that is not exact.
-_CATCH_UP_KINDS = frozenset({"aggregate", "join_aggregate", "tree"})
+_CATCH_UP_KINDS = frozenset({"aggregate", "join_aggregate"})
+
+
+def _may_catch_up(plan: FastRefreshPlan) -> bool:
+    """Whether ``plan``'s rule may catch a helper state up: an aggregate's, a join aggregate's, or an
+    operator tree's with an aggregate (without HAVING) at its top (``operators.top.tree_change``)."""
+    if plan.kind == "tree" and plan.tree is not None:
+        aggregate = tree_from_json(plan.tree).aggregate
+        return aggregate is not None and aggregate.kind == "aggregate"
+    return plan.kind in _CATCH_UP_KINDS
+
+
+def helper_state_catches_up(
+    spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark
+) -> bool:
+    """Whether a FAST run of ``request`` now, the MV's newest commit ``current``, would go on from its
+    helper state's own run (``_catching_up``) rather than rebuild the state after complete runs: what
+    FORCE's plan charges it (``worker.planning``). Delta log reads only (the state's and the MV's
+    commits, the MV logs' retention); the run finds out again for itself, and may still decline."""
+    plan = request.plan.fast_refresh
+    if plan is None or not _may_catch_up(plan) or set(current.watermark) != set(plan.base_tables):
+        return False
+    ranges = {base: (current.watermark[base], request.pinned[base]) for base in plan.base_tables}
+    origin = StateStore(spark, settings, request.mv_name, current).origin()
+    return origin is not None and origin_ranges(spark, settings, origin, ranges) is not None
 
 
 def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
@@ -275,7 +300,7 @@ def _catching_up(scope: apply.Scope, run: Run) -> Run | None:
     """``run`` from its helper state's watermark instead of the MV's, where only complete runs wrote
     the MV since the state's own run and the MV logs still hold every change since
     (``StateStore.origin``): the run then rebuilds no state. None otherwise."""
-    if run.plan.kind not in _CATCH_UP_KINDS or run.mv.technique != "COMPLETE":
+    if run.mv.technique != "COMPLETE" or not _may_catch_up(run.plan):
         return None
     origin = run.state_store(scope).origin()
     ranges = None if origin is None else origin_ranges(scope.session, run.settings, origin, run.ranges)
