@@ -44,6 +44,7 @@ from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore, caught_up_from, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
+from workers.jobs.fast.top_n import rows_catch_up
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
 from workers.jobs.spark import session as session_module
@@ -271,13 +272,18 @@ def helper_state_catches_up(
     spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark
 ) -> bool:
     """Whether a FAST run of ``request`` now, the MV's newest commit ``current``, would go on from its
-    helper state's own run (``_catching_up``) rather than rebuild the state after complete runs: what
+    helper state's (or a top-N's rows table's) own run (``_catching_up``, ``top_n.rows_catch_up``)
+    rather than rebuild it after complete runs: what
     FORCE's plan charges it (``worker.planning``). Delta log reads only (the state's and the MV's
     commits, the MV logs' retention); the run finds out again for itself, and may still decline."""
     plan = request.plan.fast_refresh
-    if plan is None or not _may_catch_up(plan) or set(current.watermark) != set(plan.base_tables):
+    if plan is None or set(current.watermark) != set(plan.base_tables) or current.technique != "COMPLETE":
         return False
     ranges = {base: (current.watermark[base], request.pinned[base]) for base in plan.base_tables}
+    if plan.kind == "top_n" and plan.top_n is not None:  # its rows table, and their state with it
+        return rows_catch_up(spark, settings, request.mv_name, plan.top_n, current, ranges)
+    if not _may_catch_up(plan):
+        return False
     origin = StateStore(spark, settings, request.mv_name, current).origin()
     return origin is not None and origin_ranges(spark, settings, origin, ranges) is not None
 

@@ -27,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from pyspark.sql import SparkSession
+
 from workers import warehouse
+from workers.config import Settings
 from workers.ddl.plan import TopN
 from workers.jobs import top_rows
 from workers.jobs.complete import read_at
@@ -76,11 +79,11 @@ def top_n_change(
     watermark = {table: until for table, (_, until) in ranges.items()}
     layout = rows_layout(top)
     # The rows table's newest tag, trusted where it names the run of the MV's newest commit.
-    found = _newest_tag(scope, name, layout)
+    found = _newest_tag(scope.session, scope.settings, name, layout)
     trusted = found if found is not None and same_run(found, mv) else None
     inner_ranges, caught_up = ranges, ""
     if trusted is None and found is not None:
-        started = _caught_up(scope, request.mv_name, found, mv, ranges)
+        started = _caught_up(scope.session, scope.settings, request.mv_name, found, mv, ranges)
         if started is not None:
             trusted, inner_ranges = found, started
             caught_up = f"rows {caught_up_from(started)}: "
@@ -110,8 +113,25 @@ def top_n_change(
     )
 
 
+def rows_catch_up(
+    session: SparkSession,
+    settings: Settings,
+    mv_name: str,
+    top: TopN,
+    mv: MvWatermark,
+    ranges: Mapping[str, tuple[int, int]],
+) -> bool:
+    """Whether a run over ``ranges`` now, the MV's newest commit ``mv``, would go on from the rows
+    table's own run (``_caught_up``) rather than recompute the rows table: Delta log reads only."""
+    found = _newest_tag(session, settings, warehouse.top_n_table_name(mv_name), rows_layout(top))
+    if found is None or same_run(found, mv):
+        return False
+    return _caught_up(session, settings, mv_name, found, mv, ranges) is not None
+
+
 def _caught_up(
-    scope: Scope,
+    session: SparkSession,
+    settings: Settings,
     mv_name: str,
     found: MvWatermark,
     mv: MvWatermark,
@@ -122,17 +142,15 @@ def _caught_up(
     (the module's docstring); None otherwise."""
     if mv.technique != "COMPLETE":
         return None
-    origin = written_before_complete_runs(
-        scope.session, scope.settings, mv_name, lambda commit: same_run(commit, found)
-    )
-    return None if origin is None else origin_ranges(scope.session, scope.settings, origin, ranges)
+    origin = written_before_complete_runs(session, settings, mv_name, lambda commit: same_run(commit, found))
+    return None if origin is None else origin_ranges(session, settings, origin, ranges)
 
 
-def _newest_tag(scope: Scope, name: str, layout: str) -> MvWatermark | None:
+def _newest_tag(session: SparkSession, settings: Settings, name: str, layout: str) -> MvWatermark | None:
     """The newest tag of the rows table when it was written for ``layout``; None otherwise."""
-    if not warehouse.table_exists(scope.settings, name):
+    if not warehouse.table_exists(settings, name):
         return None
-    for commit in deltalog.iter_commits(scope.session, scope.settings, name):
+    for commit in deltalog.iter_commits(session, settings, name):
         found = decode_user_metadata(commit.user_metadata, commit.version)
         if found is None:
             continue  # a fence
