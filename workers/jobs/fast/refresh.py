@@ -273,9 +273,9 @@ def helper_state_catches_up(
 ) -> bool:
     """Whether a FAST run of ``request`` now, the MV's newest commit ``current``, would go on from its
     helper state's (or a top-N's rows table's) own run (``_catching_up``, ``top_n.rows_catch_up``)
-    rather than rebuild it after complete runs: what
-    FORCE's plan charges it (``worker.planning``). Delta log reads only (the state's and the MV's
-    commits, the MV logs' retention); the run finds out again for itself, and may still decline."""
+    rather than rebuild it after complete runs: what FORCE's plan charges it (``worker.planning``).
+    Delta log reads only (the state's and the MV's commits, the MV logs' retention); the run finds out
+    again for itself, and may still decline."""
     plan = request.plan.fast_refresh
     if plan is None or set(current.watermark) != set(plan.base_tables) or current.technique != "COMPLETE":
         return False
