@@ -26,7 +26,7 @@ from workers.records import Record
 from workers.status import REFLECTS
 from workers.warehouse import latest_version, table_exists
 from workers.worker.cut import Cut, Reflection, consistent_cut, cut_text
-from workers.worker.decision import Decision, DecisionKind, decide
+from workers.worker.decision import Decision, DecisionKind, decide, unchanged
 from workers.worker.planning import COMPLETE, FAST, CostModel, PlanShape
 
 if TYPE_CHECKING:  # the jobs pull in pyspark: imported when a run needs them
@@ -183,11 +183,7 @@ class SparkRunner:
             # older commits do not, and then what this worker last ran for it.
             last = current.technique if current is not None else None
             after_complete = (last or self._last_ran.get(request.task_id)) == COMPLETE
-            # A FAST run that would catch its helper state up rebuilds nothing: FORCE charges it none
-            # (what it learns still says it came right after a complete run: REBUILD learns 0).
-            rebuilds = after_complete and not (
-                request.mode == "FORCE" and current is not None and self._catches_up(request, current)
-            )
+            rebuilds = after_complete and not self._catches_up(request, current, reflected)
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
             def size() -> ChangeSize | None:
@@ -289,11 +285,17 @@ class SparkRunner:
                 outcome.probe,
             )
 
-    def _catches_up(self, request: RunRequest, current: MvWatermark) -> bool:
-        """Whether a FAST run now would catch the MV's helper state up, not rebuild it (False where
-        that cannot be read: the plan then charges the rebuild, as before)."""
+    def _catches_up(
+        self, request: RunRequest, current: MvWatermark | None, reflected: Mapping[str, int] | None
+    ) -> bool:
+        """Whether a FORCE run's FAST run now would catch the MV's helper state up, not rebuild it:
+        FORCE then charges it no rebuild (what it learns still says it came right after a complete
+        run: REBUILD learns 0). Asked only of a run that will not be skipped; False where it cannot
+        be read (the plan then charges the rebuild, as before)."""
         from workers.jobs import helper_state_catches_up
 
+        if request.mode != "FORCE" or current is None or unchanged(request.pinned, reflected) is not None:
+            return False
         try:
             return helper_state_catches_up(self.spark, self.settings, request, current)
         except Exception:  # noqa: BLE001 - it only informs the choice

@@ -277,15 +277,30 @@ def helper_state_catches_up(
     Delta log reads only (the state's and the MV's commits, the MV logs' retention); the run finds out
     again for itself, and may still decline."""
     plan = request.plan.fast_refresh
-    if plan is None or set(current.watermark) != set(plan.base_tables) or current.technique != "COMPLETE":
+    if plan is None or set(current.watermark) != set(plan.base_tables):
         return False
     ranges = {base: (current.watermark[base], request.pinned[base]) for base in plan.base_tables}
     if plan.kind == "top_n" and plan.top_n is not None:  # its rows table, and their state with it
         return rows_catch_up(spark, settings, request.mv_name, plan.top_n, current, ranges)
-    if not _may_catch_up(plan):
-        return False
-    origin = StateStore(spark, settings, request.mv_name, current).origin()
-    return origin is not None and origin_ranges(spark, settings, origin, ranges) is not None
+    return _state_origin(spark, settings, plan, request.mv_name, current, ranges) is not None
+
+
+def _state_origin(
+    session: SparkSession,
+    settings: Settings,
+    plan: FastRefreshPlan,
+    mv_name: str,
+    mv: MvWatermark,
+    ranges: Mapping[str, tuple[int, int]],
+) -> tuple[MvWatermark, dict[str, tuple[int, int]]] | None:
+    """The MV commit its helper state belongs to and the ranges from its watermark, where only
+    complete runs wrote the MV since (``mv`` their newest) and the MV logs still hold every change
+    since (``StateStore.origin``, ``origin_ranges``); None otherwise."""
+    if mv.technique != "COMPLETE" or not _may_catch_up(plan):
+        return None
+    origin = StateStore(session, settings, mv_name, mv).origin()
+    started = None if origin is None else origin_ranges(session, settings, origin, ranges)
+    return None if origin is None or started is None else (origin, started)
 
 
 def _apply(scope: apply.Scope, run: Run, commits: RunCommit, target: Target) -> tuple[int, str]:
@@ -306,12 +321,10 @@ def _catching_up(scope: apply.Scope, run: Run) -> Run | None:
     """``run`` from its helper state's watermark instead of the MV's, where only complete runs wrote
     the MV since the state's own run and the MV logs still hold every change since
     (``StateStore.origin``): the run then rebuilds no state. None otherwise."""
-    if run.mv.technique != "COMPLETE" or not _may_catch_up(run.plan):
+    found = _state_origin(scope.session, run.settings, run.plan, run.request.mv_name, run.mv, run.ranges)
+    if found is None:
         return None
-    origin = run.state_store(scope).origin()
-    ranges = None if origin is None else origin_ranges(scope.session, run.settings, origin, run.ranges)
-    if origin is None or ranges is None:
-        return None
+    origin, ranges = found
     return replace(run, ranges=ranges, mv=origin, catching_up=True)
 
 
