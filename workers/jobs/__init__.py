@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from workers.jobs.fast.refresh import (
         FastRefreshNotPossible,
         fast_refresh_blocker,
-        helper_state_catches_up,
+        helper_state_catch_up,
         refresh_incremental,
     )
     from workers.jobs.request import RunRequest, with_plan
@@ -64,7 +64,7 @@ _HOME = {
     "is_write_conflict": "errors",
     "FastRefreshNotPossible": "fast.refresh",
     "fast_refresh_blocker": "fast.refresh",
-    "helper_state_catches_up": "fast.refresh",
+    "helper_state_catch_up": "fast.refresh",
     "refresh_incremental": "fast.refresh",
     "RunRequest": "request",
     "with_plan": "request",
@@ -89,7 +89,7 @@ __all__ = [
     "drop_mv_log",
     "drop_mv_table",
     "fast_refresh_blocker",
-    "helper_state_catches_up",
+    "helper_state_catch_up",
     "get_spark",
     "is_write_conflict",
     "job_group",

@@ -183,11 +183,15 @@ class SparkRunner:
             # older commits do not, and then what this worker last ran for it.
             last = current.technique if current is not None else None
             after_complete = (last or self._last_ran.get(request.task_id)) == COMPLETE
-            rebuilds = after_complete and not self._catches_up(request, current, reflected)
+            # A FAST run that would catch its helper state up reads the change since the state's own
+            # run, not since the MV's watermark: FORCE prices that, and charges no rebuild.
+            caught_up = self._catch_up(request, current, reflected) if after_complete else None
+            rebuilds = after_complete and caught_up is None
+            since = reflected if caught_up is None else {b: first for b, (first, _) in caught_up.items()}
             sizes: list[ChangeSize | None] = []  # read by the decision once it needs them
 
             def size() -> ChangeSize | None:
-                sizes.append(self._change_size(request, reflected, mv_version))
+                sizes.append(self._change_size(request, since, mv_version))
                 return sizes[-1]
 
             decision = decide(
@@ -285,29 +289,29 @@ class SparkRunner:
                 outcome.probe,
             )
 
-    def _catches_up(
+    def _catch_up(
         self, request: RunRequest, current: MvWatermark | None, reflected: Mapping[str, int] | None
-    ) -> bool:
-        """Whether a FORCE run's FAST run now would catch the MV's helper state up, not rebuild it:
-        FORCE then charges it no rebuild (what it learns still says it came right after a complete
-        run: REBUILD learns 0). Asked only of a run that will not be skipped; False where it cannot
-        be read (the plan then charges the rebuild, as before)."""
-        from workers.jobs import helper_state_catches_up
+    ) -> dict[str, tuple[int, int]] | None:
+        """The ranges a FORCE run's FAST run now would read catching the MV's helper state up (from
+        the state's own run) instead of rebuilding it; FORCE then charges it no rebuild (what it learns
+        still says it came right after a complete run: REBUILD learns 0). Asked only of a run that
+        will not be skipped; None where it cannot be read (the plan then charges the rebuild)."""
+        from workers.jobs import helper_state_catch_up
 
         if request.mode != "FORCE" or current is None or unchanged(request.pinned, reflected) is not None:
-            return False
+            return None
         try:
-            return helper_state_catches_up(self.spark, self.settings, request, current)
+            return helper_state_catch_up(self.spark, self.settings, request, current)
         except Exception:  # noqa: BLE001 - it only informs the choice
             log.warning("%s: helper state's origin unreadable", request.task_id, exc_info=True)
-            return False
+            return None
 
     def _change_size(
-        self, request: RunRequest, reflected: Mapping[str, int] | None, mv_version: int | None
+        self, request: RunRequest, since: Mapping[str, int] | None, mv_version: int | None
     ) -> ChangeSize | None:
-        """The run's change and table sizes from the Delta logs; None when they cannot be read (the
-        run goes on: FORCE then takes FAST while it can)."""
-        ranges = {base: ((reflected or {}).get(base), until) for base, until in request.pinned.items()}
+        """The run's change (from the versions ``since``) and table sizes from the Delta logs; None
+        when they cannot be read (the run goes on: FORCE then takes FAST while it can)."""
+        ranges = {base: ((since or {}).get(base), until) for base, until in request.pinned.items()}
         try:
             return change_size(self.settings, ranges, request.mv_name, mv_version)
         except Exception:  # noqa: BLE001 - sizes only inform the choice

@@ -146,9 +146,10 @@ def test_force_charges_no_state_rebuild_where_the_fast_run_would_catch_the_state
     spark: Any, local_settings: Settings, query: str, caught_up: str
 ) -> None:
     """After complete runs, FORCE charges FAST the rebuild of its helper state (a top-N's rows table)
-    only where the run could not go on from the state's own run (``helper_state_catches_up``): a
+    only where the run could not go on from the state's own run (``helper_state_catch_up``): a
     rebuild dear enough to keep FORCE on COMPLETE is not charged while the MV log holds the change
-    rows since that run, and is once they are purged."""
+    rows since that run (FAST is priced by those rows, the ones it reads), and is once they are
+    purged."""
     s = local_settings
     model = CostModel(
         fast=TechniqueCost(0.0, 1.0), complete=TechniqueCost(0.0, 0.1), rebuild=TechniqueCost(1e6, 0.0)
@@ -172,6 +173,7 @@ def test_force_charges_no_state_rebuild_where_the_fast_run_would_catch_the_state
     caught = refresh("FORCE", "r3", 1)
     assert caught.planning is not None and caught.planning["reason"].startswith("fast: cost"), caught.planning
     assert "state rebuild" not in caught.planning["reason"], caught.planning
+    assert caught.planning["change_rows"] == 2, caught.planning  # since r1: r2's row and r3's
     assert caught_up in (caught.message or ""), caught.message
 
     refresh("COMPLETE", "r4", 1)

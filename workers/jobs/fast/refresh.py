@@ -49,7 +49,7 @@ from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
 from workers.jobs.spark import session as session_module
 
-__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "helper_state_catches_up", "refresh_incremental"]
+__all__ = ["FastRefreshNotPossible", "fast_refresh_blocker", "helper_state_catch_up", "refresh_incremental"]
 
 
 class FastRefreshNotPossible(ChangesNotRetained):
@@ -268,21 +268,23 @@ def _may_catch_up(plan: FastRefreshPlan) -> bool:
     return plan.kind in _CATCH_UP_KINDS
 
 
-def helper_state_catches_up(
+def helper_state_catch_up(
     spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark
-) -> bool:
-    """Whether a FAST run of ``request`` now, the MV's newest commit ``current``, would go on from its
-    helper state's (or a top-N's rows table's) own run (``_catching_up``, ``top_n.rows_catch_up``)
-    rather than rebuild it after complete runs: what FORCE's plan charges it (``worker.planning``).
-    Delta log reads only (the state's and the MV's commits, the MV logs' retention); the run finds out
-    again for itself, and may still decline."""
+) -> dict[str, tuple[int, int]] | None:
+    """The ranges a FAST run of ``request`` now, the MV's newest commit ``current``, would read going
+    on from its helper state's (or a top-N's rows table's) own run (``_catching_up``,
+    ``top_n.rows_catch_up``); None where it would rebuild that state after complete runs. What FORCE's
+    plan charges it: no rebuild, and the change since that run (``worker.planning``). Delta log reads
+    only (the state's and the MV's commits, the MV logs' retention); the run finds out again for
+    itself, and may still decline."""
     plan = request.plan.fast_refresh
     if plan is None or set(current.watermark) != set(plan.base_tables):
-        return False
+        return None
     ranges = {base: (current.watermark[base], request.pinned[base]) for base in plan.base_tables}
     if plan.kind == "top_n" and plan.top_n is not None:  # its rows table, and their state with it
         return rows_catch_up(spark, settings, request.mv_name, plan.top_n, current, ranges)
-    return _state_origin(spark, settings, plan, request.mv_name, current, ranges) is not None
+    found = _state_origin(spark, settings, plan, request.mv_name, current, ranges)
+    return None if found is None else found[1]
 
 
 def _state_origin(

@@ -120,13 +120,14 @@ def rows_catch_up(
     top: TopN,
     mv: MvWatermark,
     ranges: Mapping[str, tuple[int, int]],
-) -> bool:
-    """Whether a run over ``ranges`` now, the MV's newest commit ``mv``, would go on from the rows
-    table's own run (``_caught_up``) rather than recompute the rows table: Delta log reads only."""
+) -> dict[str, tuple[int, int]] | None:
+    """The ranges a run over ``ranges`` now, the MV's newest commit ``mv``, would read going on from
+    the rows table's own run (``_caught_up``); None where it would recompute the rows table instead.
+    Delta log reads only."""
     found = _newest_tag(session, settings, warehouse.top_n_table_name(mv_name), rows_layout(top))
     if found is None or same_run(found, mv):
-        return False
-    return _caught_up(session, settings, mv_name, found, mv, ranges) is not None
+        return None
+    return _caught_up(session, settings, mv_name, found, mv, ranges)
 
 
 def _caught_up(
