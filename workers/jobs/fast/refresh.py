@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
+from workers import warehouse
 from workers.config import Settings
 from workers.ddl.plan import FastRefreshPlan
 from workers.ddl.tree.values import tree_from_json
@@ -44,6 +45,7 @@ from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore, caught_up_from, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
+from workers.jobs.fast.operators.semi_join import counts_catch_up
 from workers.jobs.fast.top_n import rows_catch_up
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
@@ -271,12 +273,12 @@ def _may_catch_up(plan: FastRefreshPlan) -> bool:
 def helper_state_catch_up(
     spark: SparkSession, settings: Settings, request: RunRequest, current: MvWatermark
 ) -> dict[str, tuple[int, int]] | None:
-    """The ranges a FAST run of ``request`` now, the MV's newest commit ``current``, would read going
-    on from its helper state's (or a top-N's rows table's) own run (``_catching_up``,
-    ``top_n.rows_catch_up``); None where it would rebuild that state after complete runs. What FORCE's
-    plan charges it: no rebuild, and the change since that run (``worker.planning``). Delta log reads
-    only (the state's and the MV's commits, the MV logs' retention); the run finds out again for
-    itself, and may still decline."""
+    """The ranges a FAST run of ``request`` now, the MV's newest commit ``current``, would read going on
+    from its helper state's (or a top-N's rows table's, or an operator tree's key counts') own run
+    (``_catching_up``, ``top_n.rows_catch_up``, ``semi_join.counts_catch_up``); None where it would
+    rebuild that state after complete runs. What FORCE's plan charges it: no rebuild, and the change since
+    that run (``worker.planning``). Delta log reads only (the state's and the MV's commits, the MV logs'
+    retention); the run finds out again for itself, and may still decline."""
     plan = request.plan.fast_refresh
     if plan is None or set(current.watermark) != set(plan.base_tables):
         return None
@@ -284,7 +286,16 @@ def helper_state_catch_up(
     if plan.kind == "top_n" and plan.top_n is not None:  # its rows table, and their state with it
         return rows_catch_up(spark, settings, request.mv_name, plan.top_n, current, ranges)
     found = _state_origin(spark, settings, plan, request.mv_name, current, ranges)
-    return None if found is None else found[1]
+    if found is not None:
+        return found[1]
+    if plan.kind != "tree" or plan.tree is None:
+        return None
+    name = request.mv_name
+    if warehouse.table_exists(settings, warehouse.state_table_name(name)):
+        return None  # the aggregate's state, which does not catch up, is rebuilt
+    # Key counts alone (the aggregate at the top keeps no state): caught up in a range of their own.
+    counts = StateStore(spark, settings, name, current, warehouse.key_counts_table_name(name))
+    return counts_catch_up(counts, tree_from_json(plan.tree), ranges)
 
 
 def _state_origin(

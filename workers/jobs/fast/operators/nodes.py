@@ -15,17 +15,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from workers.ddl.tree.values import Aggregate, Keyed, Node, Scan, Union, identity
-from workers.jobs.changes.mvlog import CHANGE_COLUMNS
 from workers.jobs.complete import run_query
 from workers.jobs.fast import apply
 from workers.jobs.fast.operators.inner_join import block_delta
 from workers.jobs.fast.operators.keyed import KEY, Keys, Signed, aggregate_delta, plain_rows
 from workers.jobs.fast.operators.restrict import restricted_rows
-from workers.jobs.fast.operators.scan import ScanFrames
+from workers.jobs.fast.operators.scan import ScanFrames, split_changes
 from workers.jobs.fast.operators.union_all import union_delta
 from workers.jobs.spark.held import hold_counted, hold_distinct
 
-_CHANGE_COLUMNS = CHANGE_COLUMNS.names
 _GAINED = "__mvs_gained"  # a held change row's sign (true: gained), beside the node's columns
 
 
@@ -97,10 +95,7 @@ class Evaluation:
                 return None
             split = self._scan_delta.get(node.table)
             if split is None or split[0] is not read:  # once per read (each step asks, ~20 calls each)
-                rows = read.frame
-                gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*_CHANGE_COLUMNS)
-                lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*_CHANGE_COLUMNS)
-                split = self._scan_delta[node.table] = (read, (gained, lost))
+                split = self._scan_delta[node.table] = (read, split_changes(read.frame))
             return split[1]
         if self._id(node) not in self._delta:
             if isinstance(node, Aggregate):

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from workers.ddl.tree.values import Node, Scan, TreePlan
+from workers.jobs.changes.mvlog import CHANGE_COLUMNS
 from workers.jobs.changes.reads import Changes
 from workers.jobs.fast import apply
 
@@ -54,3 +56,11 @@ def scan_frames(scope: apply.Scope, tree: TreePlan, ranges: Mapping[str, tuple[i
     reads = {b: scope.changes(b, *ranges[b]) for b in bases if ranges[b][0] < ranges[b][1]}
     scope.step(apply.COMPUTE_STEP)
     return ScanFrames(old, new, reads, whole)
+
+
+def split_changes(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """A base's change rows as its rows gained and its rows lost (``_change_type``), without the
+    change feed's columns."""
+    gained = rows.where(F.col("_change_type").isin(*apply.INSERT_TYPES)).drop(*CHANGE_COLUMNS.names)
+    lost = rows.where(F.col("_change_type").isin(*apply.DELETE_TYPES)).drop(*CHANGE_COLUMNS.names)
+    return gained, lost

@@ -35,8 +35,8 @@ by key as before, until its query changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -47,11 +47,12 @@ from workers import warehouse
 from workers.ddl.tree.counted import MIN_ROWS_PER_KEY
 from workers.ddl.tree.values import Aggregate, Block, Keyed, Node, Scan, TreePlan, identity
 from workers.jobs.changes.reads import Changes
+from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.fast import apply
-from workers.jobs.fast.aggregate.state import StateStore, layout_id
-from workers.jobs.fast.operators.keyed import KEY
+from workers.jobs.fast.aggregate.state import StateStore, caught_up_from, layout_id, origin_ranges
+from workers.jobs.fast.operators.keyed import KEY, Signed
 from workers.jobs.fast.operators.nodes import Evaluation
-from workers.jobs.fast.operators.scan import ScanFrames
+from workers.jobs.fast.operators.scan import ScanFrames, split_changes
 from workers.jobs.spark.columns import q
 from workers.jobs.spark.held import hold_counted, sums
 
@@ -110,10 +111,20 @@ class _KeySets:
     counts: dict[int, DataFrame]
     at_new: bool
     write: apply.StateWrite | None
+    # Caught up (``_caught_up``): per input, its counts that complete runs' change moved (``KEY``,
+    # ``_OLD``, ``_NEW``: at the counts' own run and at the MV's watermark), to be written too.
+    moved: Mapping[int, DataFrame] = field(default_factory=dict)
 
 
-def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateStore) -> Integrated | None:
-    """``tree``'s counted inputs as scans of their key sets (see the module's note); None: none."""
+def integrate(
+    scope: apply.Scope,
+    tree: TreePlan,
+    ev: Evaluation,
+    state: StateStore,
+    ranges: Mapping[str, tuple[int, int]],
+) -> Integrated | None:
+    """``tree``'s counted inputs as scans of their key sets (see the module's note), the run's
+    ``ranges`` starting at the MV's watermark; None: none."""
     counted = counted_inputs(tree)
     if not counted:
         return None
@@ -138,6 +149,8 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
     sets: _KeySets | None
     if kept is not None:
         sets = _KeySets({c.index: _kept(kept, c) for c in counted}, False, None)
+    elif (sets := _caught_up(ev, counted, store, layout, ranges)) is not None:
+        pass  # the counts at the MV's watermark, from their own run's and the change since
     else:
         with scope.rebuilding():
             sets, why = _rebuilt(ev, counted, schema, layout)
@@ -150,12 +163,94 @@ def integrate(scope: apply.Scope, tree: TreePlan, ev: Evaluation, state: StateSt
         ev.note(f"key counts: state rebuilt from the bases in {store.table}")
     frames, flipped = _key_set_frames(ev, counted, sets, store.table)
     write = sets.write
-    if write is None and flipped:
-        source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in flipped])
+    if write is None and (flipped or sets.moved):
+        reached = _reached(counted, dict((c.index, flips) for c, flips in flipped), sets.moved)
+        source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in reached])
         spec = apply.keyed_upsert(source, [INPUT, *[c.column for c in counted]], schema)
         write = apply.StateWrite(source, layout, spec)
     helper = apply.HelperState(store.table, write)
     return Integrated(_rewritten(tree, counted), frames, helper, tree.describe())
+
+
+def _caught_up(
+    ev: Evaluation,
+    counted: list[Counted],
+    store: StateStore,
+    layout: str,
+    ranges: Mapping[str, tuple[int, int]],
+) -> _KeySets | None:
+    """The counts at the MV's watermark, where only complete runs wrote the MV since the counts' own
+    run and the MV logs still hold every change since (``StateStore.origin``, ``origin_ranges``): the
+    counts as that run left them plus each input's net change from its watermark to the MV's (a range
+    before the run's own, which the rule then reads as always). None otherwise (they are rebuilt), or
+    where a counted input is not a base's scan."""
+    scope = ev.scope
+    found = _origin(store, counted, ranges)
+    kept = None if found is None else replace(store, mv=found[0]).read(layout, pinned=True)
+    if found is None or kept is None:
+        return None
+    since = found[1]
+    counts: dict[int, DataFrame] = {}
+    moved: dict[int, DataFrame] = {}
+    for c in counted:
+        assert isinstance(c.node, Scan)
+        at_origin = _kept(kept, c)
+        start, watermark = since[c.node.table][0], ranges[c.node.table][0]
+        change = (
+            split_changes(scope.changes(c.node.table, start, watermark).frame) if start < watermark else None
+        )
+        net = _net(ev, c, change)
+        if net is None:
+            counts[c.index] = at_origin
+            continue
+        flips = _flips(scope, net, at_origin, at_new=False, table=store.table)
+        counts[c.index] = _counts_at_other(at_origin, flips, at_new=False)
+        moved[c.index] = flips
+    ev.note(f"key counts: {caught_up_from(since)} in {store.table}")
+    return _KeySets(counts, False, None, moved)
+
+
+def counts_catch_up(
+    store: StateStore, tree: TreePlan, ranges: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]] | None:
+    """The ranges a run over ``ranges`` (from the MV's watermark) reads where it would catch ``tree``'s
+    key counts (``store``) up from their own run (``_caught_up``): each counted input's from the
+    counts' watermark; None where it would rebuild them (or ``tree`` counts none). Delta log reads."""
+    found = _origin(store, counted_inputs(tree), ranges)
+    if found is None:
+        return None
+    tables = {c.node.table for c in counted_inputs(tree) if isinstance(c.node, Scan)}
+    return {base: found[1][base] if base in tables else span for base, span in ranges.items()}
+
+
+def _origin(
+    store: StateStore, counted: list[Counted], ranges: Mapping[str, tuple[int, int]]
+) -> tuple[MvWatermark, dict[str, tuple[int, int]]] | None:
+    """The MV commit the key counts belong to and ``ranges`` from its watermark, where only complete
+    runs wrote the MV since and the MV logs still hold every change since (``StateStore.origin``,
+    ``origin_ranges``); None otherwise, or where a counted input is not a base's scan."""
+    if not counted or not all(isinstance(c.node, Scan) for c in counted):
+        return None
+    origin = store.origin()
+    since = None if origin is None else origin_ranges(store.session, store.settings, origin, ranges)
+    return None if origin is None or since is None else (origin, since)
+
+
+def _reached(
+    counted: list[Counted], flipped: Mapping[int, DataFrame], moved: Mapping[int, DataFrame]
+) -> list[tuple[Counted, DataFrame]]:
+    """Per counted input, the counts the run writes (``KEY``, ``_NEW``: at new): those its change
+    moves (``flipped``), and those only the complete runs' change moved (``moved``, caught up: their
+    count at the MV's watermark is their count at new)."""
+    reached = []
+    for c in counted:
+        run, before = flipped.get(c.index), moved.get(c.index)
+        if before is not None and run is not None:
+            before = before.join(run.select(KEY), KEY, "left_anti")
+        parts = [f.select(KEY, _NEW) for f in (run, before) if f is not None]
+        if parts:
+            reached.append((c, reduce(DataFrame.unionByName, parts)))
+    return reached
 
 
 def _declined(tree: TreePlan, ev: Evaluation, helper: apply.HelperState | None) -> Integrated:
@@ -208,7 +303,7 @@ def _key_set_frames(
         counts = sets.counts[c.index]
         keys = _key_rows(c, counts)
         old[c.frame_name] = new[c.frame_name] = keys  # unchanged: one key set for both versions
-        net = _net(ev, c)
+        net = _net(ev, c, ev.delta(c.node))
         if net is None:
             continue
         flips = _flips(ev.scope, net, counts, at_new=sets.at_new, table=table)
@@ -283,10 +378,10 @@ def _matching_keys(ev: Evaluation, c: Counted, rows: DataFrame) -> DataFrame:
     return found.select(F.col(q(found.columns[0])).alias(KEY)).where(F.col(KEY).isNotNull())
 
 
-def _net(ev: Evaluation, c: Counted) -> DataFrame | None:
-    """The net change of the count per key (``KEY``, ``_NET`` ≠ 0) from the input's change rows, held;
-    None where it has none (the input unchanged, or no change row passing the own conditions)."""
-    delta = ev.delta(c.node)
+def _net(ev: Evaluation, c: Counted, delta: Signed | None) -> DataFrame | None:
+    """The net change of the count per key (``KEY``, ``_NET`` ≠ 0) from the input's change rows
+    (``delta``: gained, lost), held; None where it has none (the input unchanged, or no change row
+    passing the own conditions)."""
     if delta is None:
         return None
     signed = [
@@ -337,9 +432,9 @@ def _merged_rows(c: Counted, flips: DataFrame, schema: StructType) -> DataFrame:
 
 def _columns(c: Counted, schema: StructType, key: Column, matches: Column) -> list[Column]:
     out = [F.lit(c.index).cast("int").alias(INPUT)]
-    for field in schema.fields[1:-1]:
-        value = key if field.name == c.column else F.lit(None)
-        out.append(value.cast(field.dataType).alias(field.name))
+    for column in schema.fields[1:-1]:
+        value = key if column.name == c.column else F.lit(None)
+        out.append(value.cast(column.dataType).alias(column.name))
     return [*out, matches.cast("long").alias(MATCHES)]
 
 

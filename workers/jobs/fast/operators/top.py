@@ -52,7 +52,7 @@ def tree_change(
     frames = scan_frames(scope, tree, ranges)
     ev = Evaluation(scope, frames)
     rules = "; ".join(tree.describe())
-    integrated = semi_join.integrate(scope, tree, ev, state)
+    integrated = semi_join.integrate(scope, tree, ev, state, ranges)
     if integrated is not None:  # its counted inputs read as key sets (or not) from here on
         tree, rules = integrated.tree, "; ".join(integrated.rules)
         # A fresh view of the nodes: a key set's scan takes its input's view, whose memos are the input's.
