@@ -40,6 +40,7 @@ from workers.jobs.complete import read_at, run_query
 from workers.jobs.delta import arrow as rs_arrow
 from workers.jobs.delta import files, rs_commit
 from workers.jobs.delta.key_filter import KeyFilter, key_filter
+from workers.jobs.delta.metadata import MvWatermark
 from workers.jobs.delta.rs_commit import PlainMerge
 from workers.jobs.delta.write import MergeSpec, Target
 from workers.jobs.rebuilt import NO_REBUILD, Rebuilt
@@ -310,10 +311,13 @@ class StateWrite:
 @dataclass(frozen=True)
 class HelperState:
     """A helper table the run writes besides the aggregate's state (``table``: by the same trust rule,
-    before the MV commit): ``write`` applied, or where it is None the trusted state carried as it is."""
+    before the MV commit): ``write`` applied, or where it is None the trusted state carried as it is.
+    ``trusted_by``: the MV commit that state belongs to where it is not the MV's newest (caught up
+    from before complete runs, ``StateStore.origin``)."""
 
     table: str
     write: StateWrite | None
+    trusted_by: MvWatermark | None = None
 
 
 @dataclass(frozen=True)

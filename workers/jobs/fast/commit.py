@@ -82,7 +82,7 @@ class RunCommit:
         helpers: list[tuple[StateStore, StateWrite | None]] = []
         if change.state is not None:
             helpers.append((state, change.state))
-        helpers += [(state.beside(h.table), h.write) for h in change.helpers]
+        helpers += [(state.beside(h.table, h.trusted_by), h.write) for h in change.helpers]
         for store, written in helpers:
             step("commit the helper state")
             if written is None:

@@ -89,9 +89,10 @@ class StateStore:
     def table(self) -> str:
         return self.table_name or warehouse.state_table_name(self.mv_name)
 
-    def beside(self, table: str) -> StateStore:
-        """The store of another helper table of the same MV, trusted by the same rule."""
-        return replace(self, table_name=table)
+    def beside(self, table: str, trusted_by: MvWatermark | None = None) -> StateStore:
+        """The store of another helper table of the same MV, trusted by the same rule (by the MV's
+        commit ``trusted_by`` instead of this store's, where given: caught up from before it)."""
+        return replace(self, table_name=table, mv=trusted_by or self.mv)
 
     def _newest(self) -> tuple[int, dict[str, Any]] | None:
         """The version and tag of the newest tagged state commit (fences carry none)."""

@@ -26,8 +26,12 @@ new inserted), and the block and the aggregate are recomputed at those keys as f
 
 A run that keeps the counts never reads t, where the keyed recompute read it at every key its change
 reached, at new and at old (TPC-H Q22's orders by customer: 3 M rows a run at SF 1 for ~900
-customers). Without a trusted state (the first FAST run, after a COMPLETE one, a crash between the
-state and the MV commits) the counts are rebuilt from t at the pinned version, and old = new − net;
+customers). After complete runs (which write no counts), where only they wrote the MV since the
+counts' own run and the MV logs still hold every change since, the counts go on from that run: t's
+change from their watermark to the MV's, counted through the subquery's own conditions, is applied
+first (a range of its own: ``_caught_up``), then the run's own as always. Otherwise without a trusted
+state (the first FAST run, that change purged, a crash between the state and the MV commits) the
+counts are rebuilt from t at the pinned version, and old = new − net;
 where some input then averages under ``MIN_ROWS_PER_KEY`` matching rows a key (or the warehouse is
 remote: ``_rebuilt``), the MV keeps an empty state tagged "declined" instead, and its runs recompute
 by key as before, until its query changes.
@@ -114,6 +118,7 @@ class _KeySets:
     # Caught up (``_caught_up``): per input, its counts that complete runs' change moved (``KEY``,
     # ``_OLD``, ``_NEW``: at the counts' own run and at the MV's watermark), to be written too.
     moved: Mapping[int, DataFrame] = field(default_factory=dict)
+    origin: MvWatermark | None = None  # the MV commit the counts read belong to, where not the newest
 
 
 def integrate(
@@ -168,7 +173,7 @@ def integrate(
         source = reduce(DataFrame.unionByName, [_merged_rows(c, flips, schema) for c, flips in reached])
         spec = apply.keyed_upsert(source, [INPUT, *[c.column for c in counted]], schema)
         write = apply.StateWrite(source, layout, spec)
-    helper = apply.HelperState(store.table, write)
+    helper = apply.HelperState(store.table, write, sets.origin)  # carried as caught up, if unchanged
     return Integrated(_rewritten(tree, counted), frames, helper, tree.describe())
 
 
@@ -207,7 +212,7 @@ def _caught_up(
         counts[c.index] = _counts_at_other(at_origin, flips, at_new=False)
         moved[c.index] = flips
     ev.note(f"key counts: {caught_up_from(since)} in {store.table}")
-    return _KeySets(counts, False, None, moved)
+    return _KeySets(counts, False, None, moved, found[0])
 
 
 def counts_catch_up(
