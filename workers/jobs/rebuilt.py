@@ -11,9 +11,10 @@ __all__ = ["NO_REBUILD", "Rebuilt"]
 
 @dataclass(frozen=True)
 class Rebuilt:
-    """How long a run rebuilt helper state (0: none), and whether that rebuild replaced the change
-    the run would have applied (a top-N's rows table recomputed: the rest of the run says nothing of
-    a steady one)."""
+    """How long a run rebuilt helper state, or caught key counts up in a range of their own (0:
+    neither): what it paid beyond a steady run. And whether that rebuild replaced the change the run
+    would have applied (a top-N's rows table recomputed: the rest of the run says nothing of a steady
+    one)."""
 
     ms: float = 0.0
     instead: bool = False

@@ -151,12 +151,15 @@ def integrate(
     if store.newest_layout() == declined:
         return _declined(tree, ev, None)
     kept = store.read(layout, pinned=True)
-    sets: _KeySets | None
+    sets: _KeySets | None = None
     if kept is not None:
         sets = _KeySets({c.index: _kept(kept, c) for c in counted}, False, None)
-    elif (sets := _caught_up(ev, counted, store, layout, ranges)) is not None:
-        pass  # the counts at the MV's watermark, from their own run's and the change since
     else:
+        # The counts' own range is what a run after complete runs pays beyond a steady one (REBUILD's
+        # figure, ``worker.costs``), not part of FAST's steady cost.
+        with scope.rebuilding():
+            sets = _caught_up(ev, counted, store, layout, ranges)
+    if sets is None:
         with scope.rebuilding():
             sets, why = _rebuilt(ev, counted, schema, layout)
         if sets is None:
