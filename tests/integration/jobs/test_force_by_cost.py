@@ -139,23 +139,32 @@ COUNTED = (
 )
 
 
+# Key counts declined (one matching row a key, under ``MIN_ROWS_PER_KEY``): none kept, none rebuilt.
+DECLINED = (
+    "SELECT grp, COUNT(*) AS n FROM events e "
+    "WHERE EXISTS (SELECT * FROM events f WHERE f.id = e.id AND f.amount > 10) GROUP BY grp"
+)
+
+
 @pytest.mark.parametrize(
-    ("query", "caught_up"),
+    ("query", "went_on", "kept"),
     [
-        (GROUPED, "helper state caught up from before the complete run"),
-        (f"{GROUPED} ORDER BY n DESC, grp LIMIT 3", "rows caught up from before the complete run"),
-        (COUNTED, "key counts: caught up from before the complete run"),
+        (GROUPED, "helper state caught up from before the complete run", True),
+        (f"{GROUPED} ORDER BY n DESC, grp LIMIT 3", "rows caught up from before the complete run", True),
+        (COUNTED, "key counts: caught up from before the complete run", True),
+        (DECLINED, "recompute of the rows whose", False),
     ],
-    ids=["aggregate", "top-N", "key counts"],
+    ids=["aggregate", "top-N", "key counts", "key counts declined"],
 )
 def test_force_charges_no_state_rebuild_where_the_fast_run_would_catch_the_state_up(
-    spark: Any, local_settings: Settings, query: str, caught_up: str
+    spark: Any, local_settings: Settings, query: str, went_on: str, kept: bool
 ) -> None:
-    """After complete runs, FORCE charges FAST the rebuild of its helper state (a top-N's rows table)
-    only where the run could not go on from the state's own run (``helper_state_catch_up``): a
-    rebuild dear enough to keep FORCE on COMPLETE is not charged while the MV log holds the change
-    rows since that run (FAST is priced by those rows, the ones it reads), and is once they are
-    purged."""
+    """After complete runs, FORCE charges FAST the rebuild of its helper state (a top-N's rows table,
+    key counts) only where the run could not go on from the state's own run
+    (``helper_state_catch_up``): a rebuild dear enough to keep FORCE on COMPLETE is not charged while
+    the MV log holds the change rows since that run (FAST is priced by those rows, the ones it reads),
+    and is once they are purged. Key counts declined (``kept`` False) are never rebuilt: FAST is
+    priced by its own range, before the purge and after."""
     s = local_settings
     model = CostModel(
         fast=TechniqueCost(0.0, 1.0), complete=TechniqueCost(0.0, 0.1), rebuild=TechniqueCost(1e6, 0.0)
@@ -180,13 +189,14 @@ def test_force_charges_no_state_rebuild_where_the_fast_run_would_catch_the_state
     caught = refresh("FORCE", "r3", 1)
     assert caught.planning is not None and caught.planning["reason"].startswith("fast: cost"), caught.planning
     assert "state rebuild" not in caught.planning["reason"], caught.planning
-    assert caught.planning["change_rows"] == 2, caught.planning  # since r1: r2's row and r3's
-    assert caught_up in (caught.message or ""), caught.message
+    # Since r1, r2's row and r3's; declined, r3's alone.
+    assert caught.planning["change_rows"] == (2 if kept else 1), caught.planning
+    assert went_on in (caught.message or ""), caught.message
 
     refresh("COMPLETE", "r4", 1)
     recomputed = read_watermark(spark, s, "by_state")
     assert recomputed is not None
     mvlog.purge(spark, s, "events", safepoint=recomputed.watermark["events"] + 1)  # r3's rows gone
     charged = refresh("FORCE", "r5", 1)
-    assert charged.planning is not None and charged.planning["choice"] == COMPLETE, charged.planning
-    assert "state rebuild" in charged.planning["reason"], charged.planning
+    assert charged.planning is not None and charged.planning["choice"] == (COMPLETE if kept else FAST)
+    assert ("state rebuild" in charged.planning["reason"]) == kept, charged.planning

@@ -61,6 +61,7 @@ from workers.jobs.spark.columns import q
 from workers.jobs.spark.held import hold_counted, sums
 
 INPUT, MATCHES = "input", "matches"
+DECLINED = " declined"  # the tag's layout of an MV's empty key counts: not worth keeping (its layout's)
 _NET, _OLD, _NEW = "__mvs_net", "__mvs_old", "__mvs_new"
 
 
@@ -145,7 +146,7 @@ def integrate(
     )
     described = [(identity(c.node), c.keyed.matches, types[c.index].simpleString()) for c in counted]
     layout = layout_id("key counts", described)
-    declined = f"{layout} declined"  # the state of an MV whose counts are not worth keeping: none
+    declined = f"{layout}{DECLINED}"  # the state of an MV whose counts are not worth keeping: none
     # Declined by the layout alone, whatever run tagged it: a complete refresh since does not make
     # the next FAST run count again (its count reads the input whole: Q4's 11 s first run).
     if store.newest_layout() == declined:
@@ -223,7 +224,10 @@ def counts_catch_up(
 ) -> dict[str, tuple[int, int]] | None:
     """The ranges a run over ``ranges`` (from the MV's watermark) reads where it would catch ``tree``'s
     key counts (``store``) up from their own run (``_caught_up``): each counted input's from the
-    counts' watermark; None where it would rebuild them (or ``tree`` counts none). Delta log reads."""
+    counts' watermark; None where it would rebuild them (or ``tree`` counts none). Delta log reads.
+    Counts declined (none kept) are neither: the run reads its own ``ranges``."""
+    if (store.newest_layout() or "").endswith(DECLINED):
+        return dict(ranges)
     found = _origin(store, counted_inputs(tree), ranges)
     if found is None:
         return None
