@@ -137,8 +137,6 @@ COUNTED = (
     "SELECT grp, COUNT(*) AS n FROM events e "
     "WHERE EXISTS (SELECT * FROM events f WHERE f.grp = e.grp AND f.amount > 10) GROUP BY grp"
 )
-
-
 # Key counts declined (one matching row a key, under ``MIN_ROWS_PER_KEY``): none kept, none rebuilt.
 DECLINED = (
     "SELECT grp, COUNT(*) AS n FROM events e "

@@ -61,7 +61,7 @@ from workers.jobs.spark.columns import q
 from workers.jobs.spark.held import hold_counted, sums
 
 INPUT, MATCHES = "input", "matches"
-DECLINED = " declined"  # the tag's layout of an MV's empty key counts: not worth keeping (its layout's)
+DECLINED = " declined"  # ends the layout an MV's counts not worth keeping are tagged with (kept empty)
 _NET, _OLD, _NEW = "__mvs_net", "__mvs_old", "__mvs_new"
 
 
@@ -228,10 +228,11 @@ def counts_catch_up(
     Counts declined (none kept) are neither: the run reads its own ``ranges``."""
     if (store.newest_layout() or "").endswith(DECLINED):
         return dict(ranges)
-    found = _origin(store, counted_inputs(tree), ranges)
+    counted = counted_inputs(tree)
+    found = _origin(store, counted, ranges)
     if found is None:
         return None
-    tables = {c.node.table for c in counted_inputs(tree) if isinstance(c.node, Scan)}
+    tables = {c.node.table for c in counted if isinstance(c.node, Scan)}
     return {base: found[1][base] if base in tables else span for base, span in ranges.items()}
 
 
