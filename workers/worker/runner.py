@@ -183,8 +183,9 @@ class SparkRunner:
             # older commits do not, and then what this worker last ran for it.
             last = current.technique if current is not None else None
             after_complete = (last or self._last_ran.get(request.task_id)) == COMPLETE
-            # A FAST run that would catch its helper state up reads the change since the state's own
-            # run, not since the MV's watermark: FORCE prices that, and charges no rebuild.
+            # A FAST run that would catch its helper state up (or keeps none to rebuild) reads the
+            # change since the state's own run, not since the MV's watermark: FORCE prices that, and
+            # charges no rebuild.
             caught_up = self._catch_up(request, current, reflected) if after_complete else None
             rebuilds = after_complete and caught_up is None
             since = reflected if caught_up is None else {b: first for b, (first, _) in caught_up.items()}
@@ -294,8 +295,9 @@ class SparkRunner:
     ) -> dict[str, tuple[int, int]] | None:
         """The ranges a FORCE run's FAST run now would read catching the MV's helper state up (from
         the state's own run) instead of rebuilding it; FORCE then charges it no rebuild (what it learns
-        still says it came right after a complete run: REBUILD learns 0). Asked only of a run that
-        will not be skipped; None where it cannot be read (the plan then charges the rebuild)."""
+        still says it came right after a complete run: REBUILD learns what catching up took beyond a
+        steady run, 0 but for key counts' own range). Asked only of a run that will not be skipped;
+        None where it cannot be read (the plan then charges the rebuild)."""
         from workers.jobs import helper_state_catch_up
 
         if request.mode != "FORCE" or current is None or unchanged(request.pinned, reflected) is not None:
