@@ -45,7 +45,7 @@ from workers.jobs.fast import apply
 from workers.jobs.fast.aggregate.state import CatchUpDeclined, StateStore, caught_up_from, origin_ranges
 from workers.jobs.fast.commit import RunCommit
 from workers.jobs.fast.kinds import KINDS, Run
-from workers.jobs.fast.operators.semi_join import counts_catch_up
+from workers.jobs.fast.operators.key_counts import counts_catch_up
 from workers.jobs.fast.top_n import rows_catch_up
 from workers.jobs.request import RunRequest
 from workers.jobs.spark import groups
@@ -275,7 +275,7 @@ def helper_state_catch_up(
 ) -> dict[str, tuple[int, int]] | None:
     """The ranges a FAST run of ``request`` now, the MV's newest commit ``current``, would read going on
     from its helper state's (or a top-N's rows table's, or an operator tree's key counts') own run
-    (``_catching_up``, ``top_n.rows_catch_up``, ``semi_join.counts_catch_up``); None where it would
+    (``_catching_up``, ``top_n.rows_catch_up``, ``key_counts.counts_catch_up``); None where it would
     rebuild that state after complete runs. What FORCE's plan charges it: no rebuild, and the change since
     that run (``worker.planning``). Delta log reads only (the state's and the MV's commits, the MV logs'
     retention); the run finds out again for itself, and may still decline."""
