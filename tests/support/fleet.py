@@ -187,8 +187,9 @@ def assert_applied_once(commits: list[tuple[int, int, dict[str, int], str]]) -> 
     assert epochs == sorted(epochs), f"an older epoch committed after a newer one: {commits}"
 
 
-def unended_runs(settings: Settings, before_ms: int) -> list[str]:
-    """Runs that started before ``before_ms`` and have no end record in the runs topic."""
+def unended_runs(settings: Settings, before_ms: int, worker_id: str | None = None) -> list[str]:
+    """Runs (of ``worker_id``, or any worker's) that started before ``before_ms`` and have no end
+    record in the runs topic, each said as its id, task, worker and start (what a failure needs)."""
     running: dict[str, dict[str, Any]] = {}
     ended: set[str] = set()
     for message in read_to_end(settings, "runs"):
@@ -199,7 +200,11 @@ def unended_runs(settings: Settings, before_ms: int) -> list[str]:
             running[record["run_id"]] = record
         elif record["state"] in TERMINAL:
             ended.add(record["run_id"])
-    return sorted(r for r, rec in running.items() if r not in ended and rec["started_at"] < before_ms)
+    return sorted(
+        f"{r} ({rec['task_id']} on {rec['worker_id']}, started {before_ms - rec['started_at']} ms before)"
+        for r, rec in running.items()
+        if r not in ended and rec["started_at"] < before_ms and worker_id in (None, rec["worker_id"])
+    )
 
 
 def caught_up(h: Harness, task_id: str, table: str) -> bool:

@@ -270,10 +270,11 @@ class BoundedExecutor:
             )
 
     def shutdown(self, *, cancel_running: bool = True, timeout_s: float = 30.0) -> bool:
-        """Reject new work, drop the queue (outcomes canceled), cancel runs if asked, wait for bodies.
+        """Reject new work, drop the queue (outcomes canceled), cancel runs if asked, wait for bodies
+        and their outcomes' delivery (a caller that closes after this must not lose one).
 
         Idempotent; submit afterwards returns REJECTED. Pending re-runs are dropped silently.
-        Returns True if every body returned within ``timeout_s`` (real time).
+        Returns True if every body returned and its outcome was delivered within ``timeout_s`` (real time).
         """
         after = _After()
         with self._cond:
@@ -295,8 +296,11 @@ class BoundedExecutor:
             self._watchdog.stop()
         self._after(after)
         with self._cond:
-            done = self._cond.wait_for(lambda: not self._running and not self._zombies, timeout_s)
-            left = sorted([*self._running, *self._zombies])
+            # A body's slot is freed before its on_done runs (outside the lock): wait for that too.
+            done = self._cond.wait_for(
+                lambda: not self._running and not self._zombies and not self._delivering, timeout_s
+            )
+            left = sorted({*self._running, *self._zombies, *self._delivering})
         if self._watchdog is not None:
             self._watchdog.join(timeout_s)
         if not done:

@@ -154,6 +154,28 @@ def test_shutdown_cancels_drops_and_then_rejects(one_slot: BoundedExecutor) -> N
     assert_balanced(one_slot)
 
 
+def test_shutdown_waits_until_a_cancelled_runs_outcome_is_delivered(clock: ManualClock) -> None:
+    """A worker closes its outbox right after shutdown: an outcome still on its way would be lost
+    (the run's end record with it: a run left RUNNING in the history for ever)."""
+    ex = BoundedExecutor(1, 1, clock=clock, watchdog=False)
+    body = Cancellable()
+    delivering, proceed = threading.Event(), threading.Event()
+    outcomes = Outcomes()
+
+    def slow_delivery(outcome: RunOutcome) -> None:
+        delivering.set()
+        proceed.wait(WAIT)
+        outcomes(outcome)
+
+    ex.submit("a", body, priority=0, on_done=slow_delivery)
+    assert body.started.wait(WAIT)
+    assert ex.shutdown(timeout_s=0.05) is False  # the body returned; its outcome is still on its way
+    assert delivering.wait(WAIT)
+    proceed.set()
+    assert ex.shutdown(timeout_s=WAIT) is True
+    assert outcomes.of("a")[0].canceled
+
+
 def test_shutdown_wakes_blocked_submitters(clock: ManualClock) -> None:
     ex = BoundedExecutor(1, 1, clock=clock, watchdog=False)
     blocker = Gate()
