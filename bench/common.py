@@ -1,10 +1,14 @@
-"""What every benchmark shares: percentiles, the table, the closing JSON line, task records."""
+"""What every benchmark shares: percentiles, the table, the closing JSON line, task records, scratch
+folders."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,6 +29,14 @@ def broker(root: Path) -> tuple[str, Callable[[], None]]:
 
     started = EmbeddedKafka(root / "kafka", port=free_port(), controller_port=free_port()).start()
     return started.bootstrap_servers, started.stop
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new temporary folder (a benchmark's warehouse, dbgen's files), removed when the process exits:
+    a TPC-H SF 1 run writes ~340 MB, which each run used to leave behind."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def percentile(values: Sequence[float], q: float) -> float:

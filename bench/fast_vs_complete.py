@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from typing import Any
 
-from bench.common import mv_task, percentile, print_table
+from bench.common import mv_task, percentile, print_table, scratch_dir
 from workers.config import Settings
 from workers.jobs import create_mv_log, get_spark
 from workers.jobs.changes import reads as changes
@@ -66,7 +65,7 @@ READ_STEP = "read the change rows"
 class Bench:
     def __init__(self, rows: int) -> None:
         self.rows = rows
-        self.settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(prefix="mvs-fast-"))
+        self.settings = Settings(namespace="bench", warehouse=scratch_dir("mvs-fast-"))
         self.spark = get_spark(self.settings)
         self.runner = SparkRunner(self.settings)
         self.next_id = rows

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -21,6 +20,7 @@ from pathlib import Path
 from arro3.core import Array, DataType, Table
 from deltalake import DeltaTable, write_deltalake
 
+from bench.common import scratch_dir
 from workers import warehouse
 from workers.config import Settings
 from workers.embedded.broker import free_port
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.objectstore_log")
     parser.add_argument("--commits", type=int, nargs="+", default=[20, 200])
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="mvs-objectstore-bench-"))
+    root = Path(scratch_dir("mvs-objectstore-bench-"))
     with EmbeddedObjectStore(root / "s3", port=free_port()) as store:
         bucket = store.create_bucket("bench")
         env = {**store.environment(), "MVS_WAREHOUSE": f"{bucket}/wh"}

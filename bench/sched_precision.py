@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import tempfile
 import threading
 import time
 from collections import deque
@@ -43,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from bench.common import WORKER_ID, mv_task, percentile, report
+from bench.common import WORKER_ID, mv_task, percentile, report, scratch_dir
 from workers.config import Settings
 from workers.records import Record
 from workers.sched.due import DueQueue
@@ -165,7 +164,10 @@ class Outcome:
 
 def run_mvs(case: Case, records: list[Record]) -> Outcome:
     settings = Settings(
-        namespace="bench", worker_id=WORKER_ID, warehouse=tempfile.mkdtemp(), max_concurrent_runs=case.slots
+        namespace="bench",
+        worker_id=WORKER_ID,
+        warehouse=scratch_dir("mvs-sched-"),
+        max_concurrent_runs=case.slots,
     )
     due, lateness = RecordingDueQueue(), case.lateness()
     manager = Manager(settings, runner=FakeRunner(due, lateness, case.job_s))

@@ -15,11 +15,10 @@ For contrast, a few real refreshes after an append are timed the same way (tick 
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from typing import Any
 
-from bench.common import WORKER_ID, mv_task, percentile, report
+from bench.common import WORKER_ID, mv_task, percentile, report, scratch_dir
 from workers.config import Settings
 from workers.demo_tables import append, create_table
 from workers.jobs import get_spark
@@ -67,7 +66,7 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=5, help="real refreshes timed for contrast")
     args = parser.parse_args()
     settings = Settings(
-        namespace="bench", worker_id=WORKER_ID, warehouse=tempfile.mkdtemp(), max_concurrent_runs=1
+        namespace="bench", worker_id=WORKER_ID, warehouse=scratch_dir("mvs-skip-"), max_concurrent_runs=1
     )
     spark = get_spark(settings)
     create_table(spark, settings, "sales", rows(0, 30), "id BIGINT, region STRING, amount BIGINT")

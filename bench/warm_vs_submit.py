@@ -17,13 +17,12 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pyspark
 
-from bench.common import mv_task, percentile, report
+from bench.common import mv_task, percentile, report, scratch_dir
 from workers.config import REPO_ROOT, Settings
 from workers.demo_tables import append, create_table
 from workers.jobs.spark.session import delta_jars, get_spark
@@ -80,7 +79,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=5, help="timed refreshes on the warm session")
     parser.add_argument("--cold", type=int, default=3, help="timed spark-submit runs")
     args = parser.parse_args()
-    warehouse = tempfile.mkdtemp()
+    warehouse = scratch_dir("mvs-warm-")
     settings = Settings(warehouse=warehouse)
     spark = get_spark(settings)
     create_table(

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from contextlib import nullcontext
 from typing import Any
 
-from bench.common import percentile, print_table
+from bench.common import percentile, print_table, scratch_dir
 from bench.tpch import data
 from bench.tpch.mvs import Run, TpchMv, create, refresh, rows_of
 from bench.tpch.profile import call_sites, group_jobs, print_jobs
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="list each Spark job of the MV's runs with the workers/ line"
     )
     args = parser.parse_args(argv)
-    settings = Settings(namespace="bench", warehouse=tempfile.mkdtemp(prefix="mvs-tpch-"))
+    settings = Settings(namespace="bench", warehouse=scratch_dir("mvs-tpch-"))
     spark = get_spark(settings)
     runner = SparkRunner(settings)
     queries = load_queries()
@@ -207,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     tpch = data.generate(
-        spark, settings, args.sf, args.rounds, folder=args.data_dir, keep_loaded=bool(args.data_dir)
+        spark,
+        settings,
+        args.sf,
+        args.rounds,
+        folder=args.data_dir or scratch_dir("mvs-tpch-dbgen-"),
+        keep_loaded=bool(args.data_dir),
     )
     print(
         f"SF {args.sf:g}: generated and loaded in {time.perf_counter() - started:.0f} s; "
