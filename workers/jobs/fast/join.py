@@ -24,7 +24,8 @@ is read narrowed to the keys ``ΔT_i`` holds: a filter on their values when ther
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
@@ -255,6 +256,18 @@ def narrowed(
         spans = key_ranges(q(target.name), target.dataType, values, KEY_RANGES)
         if spans is not None:
             return frame.where(spans)
-    same = col("f", target.name).eqNullSafe if nulls else col("f", target.name).__eq__
-    condition = same(F.col(f"k.{_KEY}"))
-    return frame.alias("f").join(F.broadcast(wanted.distinct()).alias("k"), condition, "left_semi")
+    return semi_joined(frame, wanted, [(target.name, _KEY)], nulls=nulls)
+
+
+def semi_joined(
+    frame: DataFrame, keys: DataFrame, pairs: Sequence[tuple[str, str]], *, nulls: bool = False
+) -> DataFrame:
+    """``frame``'s rows whose columns equal those of a row of ``keys`` (``pairs``: a column of
+    ``frame``, a column of ``keys``; NULL-safely when ``nulls``): a semi-join with the distinct keys,
+    broadcast."""
+    wanted = keys.select(*[F.col(q(k)).alias(f"{_KEY}{i}") for i, (_, k) in enumerate(pairs)]).distinct()
+    matches = [
+        col("f", c).eqNullSafe(F.col(f"k.{_KEY}{i}")) if nulls else col("f", c) == F.col(f"k.{_KEY}{i}")
+        for i, (c, _) in enumerate(pairs)
+    ]
+    return frame.alias("f").join(F.broadcast(wanted).alias("k"), reduce(operator.and_, matches), "left_semi")
