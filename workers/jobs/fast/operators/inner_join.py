@@ -103,10 +103,10 @@ def _narrowed_for(
         for other, other_column in reached.items():
             if other != node.view:
                 held = ev.frames.is_held(inputs[other])
-                tables[other] = narrowed(
-                    tables[other], other_column, keys, key, nulls=False, held=held, rows=rows
-                )
-                near.add(other)
+                cut = narrowed(tables[other], other_column, keys, key, nulls=False, held=held, rows=rows)
+                if cut is not tables[other]:  # a held input may be left whole
+                    near.add(other)
+                tables[other] = cut
         for keyed in block.keyed:
             outer = keyed.outer_view
             if keyed.outer_keys is None or outer is None or reached.get(outer) != keyed.outer_column:
